@@ -1,0 +1,66 @@
+"""The ``ayo`` command line: ``serve``, ``models prepare``, ``compare``.
+
+Subcommands import their implementation lazily so ``ayo --help`` is instant.
+``compare`` lives with the benchmarks (it drives the example apps, which use
+the adapters); the core only locates and calls it, it never imports an adapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from pathlib import Path
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from ayo_core import models
+
+    folders = models.prepare_all(progress=True)
+    for name, folder in folders.items():
+        print(f"{name}: {folder}")
+    return 0
+
+
+def _cmd_serve(argv: list[str]) -> int:
+    from ayo_core.engines.llm_server import main_serve
+
+    return main_serve(argv) or 0
+
+
+def _cmd_compare(argv: list[str]) -> int:
+    # benchmarks/ is a folder of the repository, not an installed package.
+    if str(_REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(_REPO_ROOT))
+    try:
+        compare = importlib.import_module("benchmarks.compare")
+    except ModuleNotFoundError as exc:
+        raise SystemExit(f"ayo compare needs the repository checkout ({_REPO_ROOT}/benchmarks): {exc}") from exc
+    return compare.main(argv) or 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ayo`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="ayo", description="Ayo: make LlamaIndex/LangChain apps faster.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="run the vLLM server (see `ayo serve --help`)", add_help=False)
+    models_p = sub.add_parser("models", help="prepare the local models")
+    models_p.add_argument("action", choices=["prepare"])
+    sub.add_parser("compare", help="stock vs Ayo on the same engines (see `ayo compare --help`)", add_help=False)
+    if argv and argv[0] in ("serve", "compare"):
+        handler = _cmd_serve if argv[0] == "serve" else _cmd_compare
+        return handler(argv[1:])
+    args = parser.parse_args(argv)
+    if args.command == "models":
+        return _cmd_models(args)
+    parser.error(f"unknown command {args.command!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Session-wide test setup: offline switches and one real vLLM server per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+# Set before any test imports the libraries: no hub, no telemetry, Ray stays in tmp.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def llm_url() -> Iterator[str]:
+    """Base URL (``.../v1``) of a vLLM server: ``AYO_LLM_URL`` if set, else one started for the session."""
+    existing = os.environ.get("AYO_LLM_URL")
+    if existing:
+        yield existing
+        return
+    from ayo_core.engines.llm_server import serve_llm
+
+    with serve_llm(dtype="float32") as url:
+        os.environ["AYO_LLM_URL"] = url
+        try:
+            yield url
+        finally:
+            os.environ.pop("AYO_LLM_URL", None)
