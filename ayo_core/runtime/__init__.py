@@ -1,0 +1,29 @@
+"""Running graphs: the reference interpreter, the graph scheduler and its engine schedulers.
+
+``Runtime(engines, policy).run(graph, inputs)`` runs an optimized graph on shared
+engines; ``reference_run(graph, inputs, engines)`` runs the unoptimized graph
+sequentially and is the source of truth for tests.
+"""
+
+from ayo_core.runtime.context import EngineProxy, Engines, Expand, NodeContext
+from ayo_core.runtime.engine_scheduler import (
+    DEFAULT_CONFIGS,
+    Batch,
+    EngineRequest,
+    EngineScheduler,
+    SchedulePlan,
+    SchedulerConfig,
+    SchedulerStatistics,
+)
+from ayo_core.runtime.errors import AyoError, MissingEngine, NodeFailed, QueryTimeout, QueueFull
+from ayo_core.runtime.interpreter import reference_run
+from ayo_core.runtime.policies import POLICIES, CostModel, get_policy
+from ayo_core.runtime.scheduler import Runtime
+from ayo_core.runtime.states import NodeState, RequestState
+
+__all__ = [
+    "DEFAULT_CONFIGS", "POLICIES", "AyoError", "Batch", "CostModel", "EngineProxy", "EngineRequest",
+    "EngineScheduler", "Engines", "Expand", "MissingEngine", "NodeContext", "NodeFailed", "NodeState",
+    "QueryTimeout", "QueueFull", "RequestState", "Runtime", "SchedulePlan", "SchedulerConfig",
+    "SchedulerStatistics", "get_policy", "reference_run",
+]

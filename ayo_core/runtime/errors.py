@@ -1,0 +1,38 @@
+"""Errors raised by the runtime; each names the query, node and module involved and the fix."""
+
+from __future__ import annotations
+
+
+class AyoError(Exception):
+    """Base class of Ayo runtime errors."""
+
+
+class NodeFailed(AyoError):
+    """A node raised: its query fails, other queries go on."""
+
+    def __init__(self, query_id: str, node: str, module: str, op: str, cause: BaseException):
+        self.query_id, self.node, self.module, self.op, self.cause = query_id, node, module, op, cause
+        where = f"module {module!r}" if module else "no module"
+        super().__init__(f"query {query_id!r}: node {node!r} ({where}, op {op}) failed: "
+                         f"{type(cause).__name__}: {cause}")
+
+
+class QueryTimeout(AyoError, TimeoutError):
+    """A query ran past its timeout; everything it held was released."""
+
+    def __init__(self, query_id: str, timeout: float, running: list[str]):
+        self.query_id, self.timeout, self.running = query_id, timeout, running
+        super().__init__(f"query {query_id!r} exceeded its timeout of {timeout:g}s "
+                         f"(still running: {running or 'nothing'}); raise timeout= or find the slow node in the trace")
+
+
+class QueueFull(AyoError):
+    """An engine scheduler's bounded queue is full (``submit_nowait``); the async ``submit`` waits instead."""
+
+
+class IllegalTransition(AyoError):
+    """A state machine was asked for a transition its table does not allow (a bug in Ayo)."""
+
+
+class MissingEngine(AyoError):
+    """A node asked for an engine kind the Runtime was not given."""
