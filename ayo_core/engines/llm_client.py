@@ -1,0 +1,288 @@
+"""Async client engine for a vLLM OpenAI-compatible server.
+
+One ``LLMEngine`` per server; every call is one HTTP request, so batching
+happens inside vLLM (continuous batching) and ordering through the per-request
+``priority`` (the server runs ``--scheduling-policy priority``). Transport
+failures and timeouts become ``LLMEngineError`` naming the server, so a dead
+engine fails its pending calls instead of hanging them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+Prompt = str | list[int]
+Messages = list[dict[str, Any]]
+StreamCallback = Callable[[str], None] | Callable[[str], Awaitable[None]]
+
+
+class LLMEngineError(RuntimeError):
+    """The LLM engine (a vLLM server) failed, died or timed out; ``base_url`` names it."""
+
+    def __init__(self, message: str, base_url: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.base_url = base_url
+        self.status_code = status_code
+
+
+class LLMRequestError(LLMEngineError):
+    """The server answered with an HTTP error (bad request, prompt too long, unknown model...)."""
+
+
+@dataclass
+class LLMResult:
+    """One generation. ``cached_tokens`` is how many prompt tokens hit vLLM's prefix cache."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    finish_reason: str | None = None
+    raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # last JSON body (logprobs...)
+
+
+def _usage_into(result: LLMResult, usage: dict[str, Any] | None) -> None:
+    if not usage:
+        return
+    result.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    result.completion_tokens = int(usage.get("completion_tokens") or 0)
+    details = usage.get("prompt_tokens_details") or {}
+    result.cached_tokens = int(details.get("cached_tokens") or 0)
+
+
+def _choice_text(choice: dict[str, Any], chat: bool, streaming: bool) -> str:
+    if not chat:
+        return choice.get("text") or ""
+    part = choice.get("delta" if streaming else "message") or {}
+    return part.get("content") or ""
+
+
+class LLMEngine:
+    """Async engine over one vLLM server (``base_url`` ends in ``/v1``).
+
+    The HTTP client is created per event loop, so the engine can be shared
+    process-wide (see ``registry``) and used from several ``asyncio.run`` calls.
+    ``timeout`` bounds each read (for streams: the wait for the next chunk);
+    ``connect_timeout`` bounds reaching the server.
+    """
+
+    def __init__(self, base_url: str, model: str = DEFAULT_MODEL, timeout: float = 300.0,
+                 connect_timeout: float = 10.0, max_connections: int = 512) -> None:
+        self.base_url = base_url.rstrip("/")
+        # /tokenize, /detokenize and /health live at the server root, not under /v1.
+        self.root_url = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+        self.model = model
+        self.timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary())
+
+    def __repr__(self) -> str:
+        return f"LLMEngine({self.base_url!r}, model={self.model!r})"
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed:
+            client = httpx.AsyncClient(timeout=self.timeout, limits=self._limits)
+            self._clients[loop] = client
+        return client
+
+    async def aclose(self) -> None:
+        """Close this event loop's HTTP client (others close when their loop is collected)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    # -- errors -----------------------------------------------------------------------------------
+
+    def _transport_error(self, op: str, exc: Exception) -> LLMEngineError:
+        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "failed"
+        return LLMEngineError(
+            f"LLM engine {self.model!r} at {self.base_url} {kind} during {op}: {type(exc).__name__}: {exc}. "
+            "Is the vLLM server still running? (its log is in $AYO_HOME/logs)", self.base_url)
+
+    def _status_error(self, op: str, status: int, body: str) -> LLMRequestError:
+        try:
+            detail = json.loads(body)
+            detail = detail.get("error", detail) if isinstance(detail, dict) else detail
+            if isinstance(detail, dict):
+                detail = detail.get("message", detail)
+        except ValueError:
+            detail = body[:500]
+        return LLMRequestError(f"LLM engine {self.model!r} at {self.base_url} rejected {op} "
+                               f"(HTTP {status}): {detail}", self.base_url, status)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    async def _post(self, url: str, body: dict[str, Any], op: str) -> dict[str, Any]:
+        try:
+            resp = await self._client().post(url, json=body)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(op, exc) from exc
+        if resp.status_code != 200:
+            raise self._status_error(op, resp.status_code, resp.text)
+        try:
+            data: dict[str, Any] = resp.json()
+        except ValueError as exc:
+            raise LLMEngineError(f"LLM engine at {self.base_url} sent a non-JSON answer to {op}: "
+                                 f"{resp.text[:200]!r}", self.base_url) from exc
+        return data
+
+    async def _stream(self, url: str, body: dict[str, Any], op: str) -> AsyncIterator[dict[str, Any]]:
+        """Yield the JSON events of a server-sent-event stream."""
+        try:
+            async with self._client().stream("POST", url, json=body) as resp:
+                if resp.status_code != 200:
+                    raise self._status_error(op, resp.status_code, (await resp.aread()).decode("utf-8", "replace"))
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        return
+                    event = json.loads(payload)
+                    if "error" in event:
+                        raise self._status_error(op, 500, payload)
+                    yield event
+        except httpx.HTTPError as exc:
+            raise self._transport_error(op, exc) from exc
+        # A stream that ends without [DONE] means the server went away mid-answer.
+        raise LLMEngineError(f"LLM engine {self.model!r} at {self.base_url} closed the stream of {op} "
+                             "before it finished. Is the vLLM server still running?", self.base_url)
+
+    def _body(self, max_tokens: int | None, temperature: float | None, stop: str | list[str] | None,
+              priority: int, extra: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if temperature is not None:
+            body["temperature"] = temperature
+        if stop is not None:
+            body["stop"] = stop
+        if priority:
+            # vLLM extension; only sent when set, so servers without priority scheduling still work.
+            body["priority"] = priority
+        body.update(extra)
+        return body
+
+    async def _generate(self, path: str, body: dict[str, Any], chat: bool,
+                        stream_cb: StreamCallback | None) -> LLMResult:
+        op = f"POST {path}"
+        url = self.base_url + path
+        if stream_cb is None:
+            data = await self._post(url, body, op)
+            choice = (data.get("choices") or [{}])[0]
+            result = LLMResult(_choice_text(choice, chat, False), finish_reason=choice.get("finish_reason"), raw=data)
+            _usage_into(result, data.get("usage"))
+            return result
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        parts: list[str] = []
+        result = LLMResult("")
+        async for event in self._stream(url, body, op):
+            for choice in event.get("choices") or []:
+                delta = _choice_text(choice, chat, True)
+                if delta:
+                    parts.append(delta)
+                    maybe = stream_cb(delta)
+                    if inspect.isawaitable(maybe):
+                        await maybe
+                if choice.get("finish_reason"):
+                    result.finish_reason = choice["finish_reason"]
+            _usage_into(result, event.get("usage"))
+            result.raw = event
+        result.text = "".join(parts)
+        return result
+
+    # -- public API -------------------------------------------------------------------------------
+
+    async def complete(self, prompt: Prompt, max_tokens: int | None = None, temperature: float | None = 0.0,
+                       stop: str | list[str] | None = None, priority: int = 0,
+                       stream_cb: StreamCallback | None = None, **extra: Any) -> LLMResult:
+        """``/v1/completions`` for a text or token-id prompt. ``extra`` goes into the body as is
+        (seed, top_p, logprobs, ignore_eos, ...). With ``stream_cb`` the answer is streamed and
+        each delta is passed to it (sync or async callable) as it arrives."""
+        body = self._body(max_tokens, temperature, stop, priority, extra)
+        body["prompt"] = prompt
+        return await self._generate("/completions", body, False, stream_cb)
+
+    async def chat(self, messages: Messages, max_tokens: int | None = None, temperature: float | None = 0.0,
+                   stop: str | list[str] | None = None, priority: int = 0,
+                   stream_cb: StreamCallback | None = None, **extra: Any) -> LLMResult:
+        """``/v1/chat/completions``; same options as ``complete``."""
+        body = self._body(max_tokens, temperature, stop, priority, extra)
+        body["messages"] = messages
+        return await self._generate("/chat/completions", body, True, stream_cb)
+
+    async def stream_complete(self, prompt: Prompt, max_tokens: int | None = None,
+                              temperature: float | None = 0.0, stop: str | list[str] | None = None,
+                              priority: int = 0, **extra: Any) -> AsyncIterator[str]:
+        """Text deltas of ``complete`` as they are generated."""
+        body = self._body(max_tokens, temperature, stop, priority, extra)
+        body.update(prompt=prompt, stream=True)
+        async for event in self._stream(self.base_url + "/completions", body, "POST /completions"):
+            for choice in event.get("choices") or []:
+                if delta := _choice_text(choice, False, True):
+                    yield delta
+
+    async def stream_chat(self, messages: Messages, max_tokens: int | None = None,
+                          temperature: float | None = 0.0, stop: str | list[str] | None = None,
+                          priority: int = 0, **extra: Any) -> AsyncIterator[str]:
+        """Text deltas of ``chat`` as they are generated."""
+        body = self._body(max_tokens, temperature, stop, priority, extra)
+        body.update(messages=messages, stream=True)
+        async for event in self._stream(self.base_url + "/chat/completions", body, "POST /chat/completions"):
+            for choice in event.get("choices") or []:
+                if delta := _choice_text(choice, True, True):
+                    yield delta
+
+    async def prefill(self, prompt: Prompt | None = None, messages: Messages | None = None, priority: int = 0,
+                      **extra: Any) -> LLMResult:
+        """Run only the prefill of ``prompt`` (or ``messages``) so a later request sharing the prefix
+        hits vLLM's prefix cache. The cache matches whole token blocks: to warm part of a final
+        request, pass a token-id prefix of it (see ``tokenize``)."""
+        if (prompt is None) == (messages is None):
+            raise ValueError("LLMEngine.prefill needs exactly one of prompt= or messages=")
+        if messages is not None:
+            return await self.chat(messages, max_tokens=1, temperature=0.0, priority=priority, **extra)
+        assert prompt is not None
+        return await self.complete(prompt, max_tokens=1, temperature=0.0, priority=priority, **extra)
+
+    async def tokenize(self, prompt: str | None = None, messages: Messages | None = None,
+                       **extra: Any) -> list[int]:
+        """Token ids as the server sees them. With ``messages`` the chat template is rendered
+        exactly as ``/v1/chat/completions`` does (generation prompt included by default)."""
+        if (prompt is None) == (messages is None):
+            raise ValueError("LLMEngine.tokenize needs exactly one of prompt= or messages=")
+        body: dict[str, Any] = {"model": self.model, **extra}
+        if messages is not None:
+            body["messages"] = messages
+        else:
+            body["prompt"] = prompt
+        data = await self._post(self.root_url + "/tokenize", body, "POST /tokenize")
+        return list(data["tokens"])
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        data = await self._post(self.root_url + "/detokenize", {"model": self.model, "tokens": tokens},
+                                "POST /detokenize")
+        return str(data["prompt"])
+
+    async def health(self) -> bool:
+        """True when the server answers ``/health`` with 200."""
+        try:
+            resp = await self._client().get(self.root_url + "/health", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200

@@ -1,0 +1,335 @@
+"""Start and stop vLLM's OpenAI-compatible server from its own environment.
+
+vLLM lives in ``.venv-vllm`` (DESIGN.md says why), so the server always runs
+as a child process: ``<venv>/bin/python -m vllm.entrypoints.openai.api_server``
+(the ``vllm`` console script of the CPU wheel is broken). The child gets its
+own session/process group so stopping it also stops vLLM's engine-core
+workers, and it is stopped on normal exit, on exceptions and at interpreter
+exit; on Linux it also receives SIGTERM if the starting thread dies, so a
+killed parent does not leave a server holding the two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SERVED_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_HOST = "127.0.0.1"
+_DTYPES = ("float32", "bfloat16")
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_FIX_SETUP = "run `make demo` (creates .venv-vllm and prepares the models) or `ayo models prepare`"
+
+
+class LLMServerError(RuntimeError):
+    """The vLLM server could not be started (or died while starting)."""
+
+
+def _ayo_home() -> Path:
+    return Path(os.environ.get("AYO_HOME", Path.home() / ".cache" / "ayo")).expanduser()
+
+
+def find_vllm_python() -> Path:
+    """The Python of the vLLM environment: ``$AYO_VLLM_PYTHON``, else ``.venv-vllm`` at the repo root or cwd."""
+    explicit = os.environ.get("AYO_VLLM_PYTHON")
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.exists():
+            raise LLMServerError(f"AYO_VLLM_PYTHON={explicit} does not exist. Fix: point it at .venv-vllm/bin/python "
+                                 f"or unset it and {_FIX_SETUP}.")
+        return path
+    candidates = [_REPO_ROOT / ".venv-vllm" / "bin" / "python", Path.cwd() / ".venv-vllm" / "bin" / "python"]
+    for path in candidates:
+        if path.exists():
+            return path
+    raise LLMServerError(f"no vLLM environment found (looked for {', '.join(map(str, candidates))}). "
+                         f"Fix: {_FIX_SETUP}, or set AYO_VLLM_PYTHON to the python of an environment with vLLM.")
+
+
+def resolve_model(model: str | os.PathLike[str] | None, dtype: str) -> Path:
+    """The model folder to serve: ``model`` if given, else the prepared SmolLM2 in ``dtype``."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported: use one of {_DTYPES}")
+    if model is None:
+        from ayo_core import models  # prepares the folder on first use
+
+        path = Path(models.llm_model_path(dtype))
+    else:
+        path = Path(model).expanduser()
+    if not (path / "config.json").exists():
+        raise LLMServerError(f"model folder {path} is missing or has no config.json. Fix: {_FIX_SETUP}, "
+                             "or pass model= / --model with a Hugging Face model folder.")
+    return path
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A port that is free right now on ``host`` (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def check_port_free(port: int, host: str = DEFAULT_HOST) -> None:
+    """Raise LLMServerError naming the port and the fix when something already listens there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise LLMServerError(
+                f"port {port} on {host} is already in use ({exc.strerror}). Fix: pass another port "
+                f"(--port / port=), or port=None to pick a free one, or stop whatever listens on {port} "
+                f"(`ss -ltnp 'sport = :{port}'` shows it); to reuse a running vLLM server set "
+                f"AYO_LLM_URL=http://{host}:{port}/v1."
+            ) from None
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# Started instead of vLLM directly: asks Linux to SIGTERM the server when the
+# thread that started it dies without running atexit (SIGKILL, crash), then
+# execs vLLM. PR_SET_PDEATHSIG survives exec; a launcher avoids preexec_fn,
+# which is unsafe in a process that runs threads.
+_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"
+    "if os.getppid() != int(sys.argv[1]): sys.exit('ayo: parent exited before vLLM started')\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+)
+
+
+class LLMServer:
+    """One vLLM server child process; ``start()`` returns when ``/health`` answers."""
+
+    def __init__(
+        self,
+        model: Path,
+        port: int,
+        dtype: str = "float32",
+        served_model_name: str = DEFAULT_SERVED_NAME,
+        host: str = DEFAULT_HOST,
+        kv_cache_gib: float = 2,
+        extra_args: Sequence[str] = (),
+        python: Path | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.model, self.port, self.dtype, self.host = model, port, dtype, host
+        self.served_model_name = served_model_name
+        self.kv_cache_gib = kv_cache_gib
+        self.extra_args = tuple(extra_args)
+        self.python = python or find_vllm_python()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.log_path = (log_dir or _ayo_home() / "logs") / f"vllm-{port}-{stamp}-{os.getpid()}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    def command(self) -> list[str]:
+        return [
+            str(self.python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model), "--served-model-name", self.served_model_name,
+            "--dtype", self.dtype, "--host", self.host, "--port", str(self.port),
+            "--enforce-eager",  # starts in ~25 s on CPU; compiled mode changes greedy text
+            "--enable-prefix-caching",
+            "--scheduling-policy", "priority",  # Ayo's engine scheduler orders requests
+            # CPU needs a multiple of 32; small blocks let prefix caching match more of a prompt.
+            "--block-size", "32",
+            "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
+            "--max-model-len", "8192",
+            "--disable-uvicorn-access-log",
+            *self.extra_args,
+        ]
+
+    def _launch_command(self) -> list[str]:
+        cmd = self.command()
+        # PR_SET_PDEATHSIG fires when the starting *thread* exits: only tie the server to
+        # the main thread, whose exit is the interpreter's.
+        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+            return [cmd[0], "-c", _LAUNCHER, str(os.getpid()), *cmd[1:]]
+        return cmd
+
+    def start(self, timeout: float = 300.0) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
+        # A sibling .venv on PATH or PYTHONPATH must not leak into vLLM's environment.
+        env.pop("PYTHONPATH", None)
+        env.pop("VIRTUAL_ENV", None)
+        log.info("starting vLLM on %s (model %s, log %s)", self.base_url, self.model, self.log_path)
+        with open(self.log_path, "ab") as log_file:
+            self.proc = subprocess.Popen(
+                self._launch_command(), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True,
+            )
+        atexit.register(self.stop)
+        try:
+            self._wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_healthy(self, timeout: float) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                raise LLMServerError(f"vLLM server on port {self.port} exited with code {code} while starting. "
+                                     f"Last lines of {self.log_path}:\n{_tail(self.log_path)}")
+            if self.healthy():
+                log.info("vLLM ready on %s", self.base_url)
+                return
+            time.sleep(0.5)
+        raise LLMServerError(f"vLLM server on port {self.port} was not healthy after {timeout:.0f} s "
+                             f"(raise startup_timeout if the machine is busy). Last lines of {self.log_path}:\n"
+                             f"{_tail(self.log_path)}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.root_url}/health", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after ``grace`` seconds. Idempotent."""
+        proc, self.proc = self.proc, None
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                log.warning("vLLM server pid %s ignored %s", proc.pid, sig.name)
+        # The leader may be gone while engine-core workers of the group linger.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.info("vLLM server on port %s stopped", self.port)
+
+
+def start_server(
+    port: int | None = None,
+    dtype: str = "float32",
+    model: str | os.PathLike[str] | None = None,
+    served_model_name: str = DEFAULT_SERVED_NAME,
+    startup_timeout: float = 300.0,
+    extra_args: Sequence[str] = (),
+    kv_cache_gib: float = 2,
+    host: str = DEFAULT_HOST,
+) -> LLMServer:
+    """Start a vLLM server and return it once healthy; the caller must ``stop()`` it (atexit also does)."""
+    python = find_vllm_python()
+    if port is None:
+        port = free_port(host)
+    else:
+        check_port_free(port, host)
+    path = resolve_model(model, dtype)
+    server = LLMServer(path, port, dtype=dtype, served_model_name=served_model_name, host=host,
+                       kv_cache_gib=kv_cache_gib, extra_args=extra_args, python=python)
+    server.start(timeout=startup_timeout)
+    return server
+
+
+@contextlib.contextmanager
+def serve_llm(
+    port: int | None = None,
+    dtype: str = "float32",
+    model: str | os.PathLike[str] | None = None,
+    served_model_name: str = DEFAULT_SERVED_NAME,
+    startup_timeout: float = 300.0,
+    extra_args: Sequence[str] = (),
+    kv_cache_gib: float = 2,
+    host: str = DEFAULT_HOST,
+    reuse_env: bool = True,
+) -> Iterator[str]:
+    """Run a vLLM server for the ``with`` block and yield its base URL (``http://HOST:PORT/v1``).
+
+    ``AYO_LLM_URL``, when set (and ``reuse_env``), is yielded as is and nothing starts.
+    ``port=None`` picks a free port; a busy ``port`` raises LLMServerError naming it.
+    ``kv_cache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` unless the environment already sets
+    it. The server (its whole process group) is stopped on exit, on exceptions and at
+    interpreter exit. The log goes to ``$AYO_HOME/logs``.
+    """
+    existing = os.environ.get("AYO_LLM_URL")
+    if reuse_env and existing:
+        yield existing
+        return
+    server = start_server(port, dtype, model, served_model_name, startup_timeout, extra_args, kv_cache_gib, host)
+    try:
+        yield server.base_url
+    finally:
+        server.stop()
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main_serve(argv: Sequence[str] | None = None) -> int:
+    """``ayo serve``: run the server in the foreground, print its base URL, stop on Ctrl-C."""
+    parser = argparse.ArgumentParser(prog="ayo serve", description="Run vLLM's OpenAI-compatible server "
+                                     "(from .venv-vllm) with prefix caching and priority scheduling.")
+    parser.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--dtype", choices=_DTYPES, default="float32")
+    parser.add_argument("--model", default=None, help="model folder (default: the prepared SmolLM2-135M-Instruct)")
+    parser.add_argument("--served-model-name", default=DEFAULT_SERVED_NAME)
+    parser.add_argument("--startup-timeout", type=float, default=300.0)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # SIGTERM (e.g. from a supervisor) must run the same cleanup as Ctrl-C.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    server: LLMServer | None = None
+    try:
+        server = start_server(args.port, args.dtype, args.model, args.served_model_name, args.startup_timeout)
+        print(server.base_url, flush=True)
+        print("vLLM is serving; press Ctrl-C to stop.", file=sys.stderr, flush=True)
+        while server.alive():
+            time.sleep(1.0)
+        print(f"ayo serve: the vLLM server exited. Last lines of {server.log_path}:\n{_tail(server.log_path)}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    except (RuntimeError, ValueError) as exc:  # LLMServerError, ModelNotAvailableError, bad dtype
+        print(f"ayo serve: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if server is not None:
+            server.stop()
