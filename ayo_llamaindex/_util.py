@@ -1,0 +1,23 @@
+"""Small helpers shared by the adapter's modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def raw_attr(cls: type, name: str) -> Any:
+    """The class-dict entry that defines ``name`` for ``cls`` (first in its MRO), or None.
+
+    Compared by identity to tell whether a subclass overrides a method: ``getattr``
+    on a class can build a fresh wrapper object each time (wrapt-decorated spans).
+    """
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
+
+
+def overridden(obj: Any, base: type, names: tuple[str, ...] | list[str]) -> list[str]:
+    """Which of ``names`` ``type(obj)`` defines differently from ``base``."""
+    cls = type(obj)
+    return [n for n in names if raw_attr(cls, n) is not raw_attr(base, n)]

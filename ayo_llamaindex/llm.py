@@ -1,0 +1,183 @@
+"""How Ayo calls a user's LlamaIndex LLM: the same request, through Ayo's LLM engine.
+
+Identical answers need identical requests. For an ``OpenAI`` / ``OpenAILike`` LLM the
+request is built with the LLM object's own code — ``_get_messages`` / ``_get_prompt``
+(templates, system prompt, ``messages_to_prompt`` / ``completion_to_prompt``, output
+parser), ``to_openai_message_dicts`` and ``_get_model_kwargs`` (model, temperature,
+max_tokens, additional_kwargs) — and ``metadata.is_chat_model`` picks chat vs.
+completions exactly as ``LLM.predict`` does. Only *when* and *how batched* it is sent
+changes. Any other LLM class (or an OpenAI subclass that overrides how requests are
+made) is called as the user's object: an opaque call, run in a worker thread so it
+still overlaps with independent work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llama_index.core.llms.llm import LLM
+from llama_index.core.prompts import BasePromptTemplate
+
+from ayo_llamaindex._util import overridden
+
+log = logging.getLogger(__name__)
+
+# Methods whose stock behaviour we reproduce. A subclass overriding any of them
+# changes what is sent, so it stays opaque.
+_REQUEST_METHODS = (
+    "predict", "apredict", "complete", "acomplete", "chat", "achat", "_chat", "_achat",
+    "_complete", "_acomplete", "_get_model_kwargs", "_get_messages", "_get_prompt",
+    "_extend_prompt", "_extend_messages", "_parse_output", "_update_max_tokens",
+    "_use_chat_completions", "metadata",
+)
+# Client-side options of the openai SDK that are not part of the JSON body.
+_CLIENT_ONLY_KWARGS = ("extra_headers", "extra_query", "timeout")
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """One request exactly as the stock LLM class would send it (minus ``stream``)."""
+
+    kind: Literal["chat", "completion"]
+    body: dict[str, Any]
+
+    @property
+    def text(self) -> str:
+        """The prompt text (completion) or the concatenated message contents (chat)."""
+        if self.kind == "completion":
+            return str(self.body["prompt"])
+        return "\n".join(str(m.get("content", "")) for m in self.body["messages"])
+
+
+@dataclass
+class LLMBinding:
+    """A user LLM object and how Ayo calls it (engine request, or opaque call)."""
+
+    llm: Any
+    recognized: bool = field(init=False)
+    reason: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.recognized, self.reason = recognize_llm(self.llm)
+
+    # -- identity of the serving endpoint (for the engine registry) --
+    @property
+    def endpoint(self) -> tuple[str, str, str]:
+        """``(base_url, model, api_key)`` of the OpenAI-compatible server."""
+        return (str(self.llm.api_base).rstrip("/"), str(self.llm.model), str(self.llm.api_key or ""))
+
+    @property
+    def label(self) -> str:
+        name = type(self.llm).__name__
+        model = getattr(self.llm, "model", None)
+        return f"{name}({model})" if model else name
+
+    @property
+    def is_chat(self) -> bool:
+        return bool(self.llm.metadata.is_chat_model)
+
+    # -- request building: LlamaIndex's own code, nothing re-typed --
+    def predict_request(self, prompt: BasePromptTemplate, **prompt_args: Any) -> LLMRequest:
+        """The request ``llm.predict(prompt, **prompt_args)`` sends."""
+        llm = self.llm
+        if llm.metadata.is_chat_model:
+            return self.chat_request(llm._get_messages(prompt, **prompt_args))
+        return self._completion_request(llm._get_prompt(prompt, **prompt_args))
+
+    def complete_request(self, prompt: str) -> LLMRequest:
+        """The request ``llm.complete(prompt)`` (``formatted=False``) sends."""
+        from llama_index.core.base.llms.generic_utils import prompt_to_messages
+        from llama_index.llms.openai_like import OpenAILike
+
+        llm = self.llm
+        if isinstance(llm, OpenAILike):  # OpenAI.complete ignores `formatted`; OpenAILike does not
+            prompt = llm.completion_to_prompt(prompt)
+        if llm._use_chat_completions({}):
+            return self.chat_request(prompt_to_messages(prompt))
+        return self._completion_request(prompt)
+
+    def chat_request(self, messages: list[Any]) -> LLMRequest:
+        """The request ``llm.chat(messages)`` sends."""
+        from llama_index.llms.openai.utils import to_openai_message_dicts
+
+        llm = self.llm
+        if not llm._use_chat_completions({}):  # OpenAILike(is_chat_model=False).chat
+            return self._completion_request(llm.messages_to_prompt(messages))
+        body = {"messages": to_openai_message_dicts(messages, model=llm.model)}
+        body.update(_json_kwargs(llm._get_model_kwargs()))
+        return LLMRequest("chat", body)
+
+    def _completion_request(self, prompt: str) -> LLMRequest:
+        kwargs = self.llm._get_model_kwargs()
+        self.llm._update_max_tokens(kwargs, prompt)
+        body = {"prompt": prompt}
+        body.update(_json_kwargs(kwargs))
+        return LLMRequest("completion", body)
+
+    def parse(self, text: str) -> str:
+        """``LLM.predict``'s post-processing of the raw text (the LLM's output parser)."""
+        return self.llm._parse_output(text)
+
+    # -- calling --
+    async def predict(
+        self, send: Callable[..., Any] | None, prompt: BasePromptTemplate, *, priority: int = 0,
+        stream_cb: Callable[[str], None] | None = None, **prompt_args: Any,
+    ) -> str:
+        """``llm.predict(prompt, **prompt_args)``: through ``send`` when recognized, else opaque."""
+        if not self.recognized or send is None:
+            return await asyncio.to_thread(self.llm.predict, prompt, **prompt_args)
+        request = self.predict_request(prompt, **prompt_args)
+        text = await send(request, priority=priority, stream_cb=stream_cb)
+        return self.parse(text)
+
+    async def complete(
+        self, send: Callable[..., Any] | None, prompt: str, *, priority: int = 0,
+        stream_cb: Callable[[str], None] | None = None,
+    ) -> str:
+        """``llm.complete(prompt).text``: through ``send`` when recognized, else opaque."""
+        if not self.recognized or send is None:
+            response = await asyncio.to_thread(self.llm.complete, prompt)
+            if stream_cb is not None and response.text:
+                stream_cb(response.text)
+            return response.text
+        return await send(self.complete_request(prompt), priority=priority, stream_cb=stream_cb)
+
+
+def _json_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Model kwargs as they land in the JSON body (the openai SDK merges ``extra_body``)."""
+    body = {k: v for k, v in kwargs.items() if k not in _CLIENT_ONLY_KWARGS and k != "extra_body"}
+    body.update(kwargs.get("extra_body") or {})
+    body.pop("stream", None)
+    return body
+
+
+def recognize_llm(llm: Any) -> tuple[bool, str]:
+    """Whether Ayo can send this LLM's requests itself; if not, why (shown by explain())."""
+    try:
+        from llama_index.llms.openai import OpenAI
+        from llama_index.llms.openai_like import OpenAILike
+    except ImportError:  # the OpenAI integration is not installed: nothing to recognize
+        return False, "llama-index-llms-openai is not installed"
+    from llama_index.core.llms.structured_llm import StructuredLLM
+
+    if not isinstance(llm, LLM):
+        return False, f"{type(llm).__name__} is not a LlamaIndex LLM"
+    if isinstance(llm, StructuredLLM) or not isinstance(llm, OpenAI):
+        return False, f"{type(llm).__name__} is not an OpenAI-compatible LLM class Ayo knows"
+    base = OpenAILike if isinstance(llm, OpenAILike) else OpenAI
+    over = overridden(llm, base, _REQUEST_METHODS)
+    if over:
+        return False, f"{type(llm).__name__} overrides {', '.join(over)}"
+    if any(getattr(llm, attr, None) is not None for attr in ("_client", "_aclient", "_http_client", "_async_http_client")):
+        return False, "it was given its own HTTP/OpenAI client"
+    if llm.modalities and "audio" in llm.modalities:
+        return False, "audio modalities"
+    if any(k in (llm.additional_kwargs or {}) for k in _CLIENT_ONLY_KWARGS):
+        return False, "additional_kwargs holds client-side options (extra_headers/extra_query/timeout)"
+    if llm.default_headers:
+        return False, "custom default_headers"
+    return True, ""

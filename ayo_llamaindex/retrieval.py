@@ -1,0 +1,193 @@
+"""Retrievers lowered to primitives: query embedding, vector search, query expansion, fusion.
+
+``VectorIndexRetriever`` becomes *embed the query* (Ayo's embedding engine, batched with
+whatever else is embedding) then *search* (the index's own vector store and docstore,
+through the retriever's own ``_get_nodes_with_embeddings`` so nothing the user indexed
+is bypassed). ``QueryFusionRetriever`` becomes a streamed *decode* of its query-gen
+prompt whose lines flow to retrieval as soon as each is complete (decode pipelining),
+then the retriever's own fusion method. Anything else is retrieved by the user's
+object (opaque), in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
+from llama_index.core.retrievers import QueryFusionRetriever
+from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from ayo_llamaindex._util import overridden
+
+log = logging.getLogger(__name__)
+
+RetrieveFn = Callable[[QueryBundle], Awaitable[list[NodeWithScore]]]
+EmbedQueriesFn = Callable[[list[str]], Awaitable[list[float]]]
+
+_VECTOR_MIRRORED = ("retrieve", "_retrieve", "_get_nodes_with_embeddings", "_build_vector_store_query",
+                    "_handle_recursive_retrieval", "_needs_embedding")
+_FUSION_MIRRORED = ("retrieve", "_retrieve", "_get_queries", "_aget_queries", "_run_sync_queries",
+                    "_run_nested_async_queries", "_handle_recursive_retrieval", "_simple_fusion",
+                    "_reciprocal_rerank_fusion", "_relative_score_fusion")
+
+
+def retriever_kind(retriever: Any) -> tuple[str, str]:
+    """``("vector" | "fusion" | "opaque", reason-if-opaque)``."""
+    if isinstance(retriever, QueryFusionRetriever):
+        over = overridden(retriever, QueryFusionRetriever, _FUSION_MIRRORED)
+        if over:
+            return "opaque", f"{type(retriever).__name__} overrides {', '.join(over)}"
+        return "fusion", ""
+    if isinstance(retriever, VectorIndexRetriever):
+        over = overridden(retriever, VectorIndexRetriever, _VECTOR_MIRRORED)
+        if over:
+            return "opaque", f"{type(retriever).__name__} overrides {', '.join(over)}"
+        return "vector", ""
+    if isinstance(retriever, BaseRetriever):
+        return "opaque", f"{type(retriever).__name__} is a retriever Ayo does not lower"
+    return "opaque", f"{type(retriever).__name__} is not a LlamaIndex retriever"
+
+
+# -- VectorIndexRetriever ------------------------------------------------------------
+
+def needs_query_embedding(retriever: VectorIndexRetriever, query_bundle: QueryBundle) -> bool:
+    """Whether ``VectorIndexRetriever._retrieve`` would embed this query."""
+    return (
+        retriever._needs_embedding()
+        and query_bundle.embedding is None
+        and len(query_bundle.embedding_strs) > 0
+    )
+
+
+def search_sync(retriever: VectorIndexRetriever, query_bundle: QueryBundle) -> list[NodeWithScore]:
+    """The search half of ``BaseRetriever.retrieve`` (embedding already on the bundle)."""
+    nodes = retriever._get_nodes_with_embeddings(query_bundle)
+    return retriever._handle_recursive_retrieval(query_bundle, nodes)
+
+
+async def vector_retrieve(
+    retriever: VectorIndexRetriever, query_bundle: QueryBundle, embed_queries: EmbedQueriesFn
+) -> list[NodeWithScore]:
+    """``retriever.retrieve(query_bundle)`` with the query embedded by Ayo's engine."""
+    if needs_query_embedding(retriever, query_bundle):
+        # stock sync retrieval stores the embedding on the caller's bundle; keep that
+        query_bundle.embedding = await embed_queries(list(query_bundle.embedding_strs))
+    return await asyncio.to_thread(search_sync, retriever, query_bundle)
+
+
+async def opaque_retrieve(retriever: Any, query_bundle: QueryBundle) -> list[NodeWithScore]:
+    """The user's retriever, called as stock ``RetrieverQueryEngine`` calls it."""
+    return await asyncio.to_thread(retriever.retrieve, query_bundle)
+
+
+# -- QueryFusionRetriever ------------------------------------------------------------
+
+def query_gen_prompt(retriever: QueryFusionRetriever, query_str: str) -> str:
+    """The prompt ``QueryFusionRetriever._get_queries`` completes."""
+    return retriever.query_gen_prompt.format(num_queries=retriever.num_queries - 1, query=query_str)
+
+
+def parse_queries(retriever: QueryFusionRetriever, text: str) -> list[str]:
+    """``_get_queries``'s parsing of the completion (stock code path, same order of operations)."""
+    queries = text.strip("`").split("\n")
+    queries = [q.strip() for q in queries if q.strip()]
+    return queries[: retriever.num_queries - 1]
+
+
+def finished_queries(retriever: QueryFusionRetriever, text_so_far: str) -> list[str]:
+    """Queries already final while the completion is still streaming.
+
+    A line is final once a newline follows it: ``strip("`")`` on the whole text can only
+    remove backticks at the very start (applied here) and after the last newline.
+    """
+    lines = text_so_far.lstrip("`").split("\n")[:-1]
+    done = [q.strip() for q in lines if q.strip()]
+    return done[: retriever.num_queries - 1]
+
+
+def fuse(retriever: QueryFusionRetriever, results: dict[tuple[str, int], list[NodeWithScore]]) -> list[NodeWithScore]:
+    """The retriever's own fusion for its mode, truncated to ``similarity_top_k``."""
+    mode = retriever.mode
+    if mode == FUSION_MODES.RECIPROCAL_RANK:
+        fused = retriever._reciprocal_rerank_fusion(results)
+    elif mode == FUSION_MODES.RELATIVE_SCORE:
+        fused = retriever._relative_score_fusion(results)
+    elif mode == FUSION_MODES.DIST_BASED_SCORE:
+        fused = retriever._relative_score_fusion(results, dist_based=True)
+    elif mode == FUSION_MODES.SIMPLE:
+        fused = retriever._simple_fusion(results)
+    else:
+        raise ValueError(f"Invalid fusion mode: {mode}")
+    return fused[: retriever.similarity_top_k]
+
+
+class _PipelinedQueries:
+    """Starts sub-retrievals for each generated query as soon as its line is decoded."""
+
+    def __init__(self, retriever: QueryFusionRetriever, subs: list[RetrieveFn]) -> None:
+        self.retriever = retriever
+        self.subs = subs
+        self.text = ""
+        self.started: list[str] = []
+        self.tasks: list[list[asyncio.Task]] = []  # per generated query, per sub-retriever
+
+    def start(self, query_str: str) -> list[asyncio.Task]:
+        bundle = QueryBundle(query_str)
+        return [asyncio.ensure_future(sub(bundle)) for sub in self.subs]
+
+    def on_delta(self, delta: str) -> None:
+        self.text += delta
+        for q in finished_queries(self.retriever, self.text)[len(self.started):]:
+            self.started.append(q)
+            self.tasks.append(self.start(q))
+
+    def reconcile(self, final: list[str]) -> list[list[asyncio.Task]]:
+        """Tasks for exactly the stock list of queries; restart any that diverged."""
+        out = []
+        for k, q in enumerate(final):
+            if k < len(self.started) and self.started[k] == q:
+                out.append(self.tasks[k])
+            else:
+                log.debug("streamed query %d diverged from the final parse; retrieving again", k)
+                out.append(self.start(q))
+        for k in range(len(final), len(self.tasks)):
+            for t in self.tasks[k]:
+                t.cancel()
+        return out
+
+
+async def fusion_retrieve(
+    retriever: QueryFusionRetriever,
+    query_bundle: QueryBundle,
+    complete: Callable[..., Awaitable[str]],
+    subs: list[RetrieveFn],
+) -> list[NodeWithScore]:
+    """``QueryFusionRetriever.retrieve`` with the original query retrieved during the
+    query-gen decode and each generated query retrieved as soon as its line is done."""
+    original = [asyncio.ensure_future(sub(query_bundle)) for sub in subs]
+    per_query = [original]
+    queries = [query_bundle]
+    try:
+        if retriever.num_queries > 1:
+            pipe = _PipelinedQueries(retriever, subs)
+            text = await complete(query_gen_prompt(retriever, query_bundle.query_str), stream_cb=pipe.on_delta)
+            final = parse_queries(retriever, text)
+            per_query += pipe.reconcile(final)
+            queries += [QueryBundle(q) for q in final]
+        results: dict[tuple[str, int], list[NodeWithScore]] = {}
+        for bundle, tasks in zip(queries, per_query, strict=True):
+            for i, task in enumerate(tasks):
+                # same insertion semantics as stock: a repeated query string keeps its slot
+                results[(bundle.query_str, i)] = await task
+    except BaseException:
+        for tasks in per_query:
+            for t in tasks:
+                t.cancel()
+        raise
+    nodes = fuse(retriever, results)
+    return retriever._handle_recursive_retrieval(query_bundle, nodes)

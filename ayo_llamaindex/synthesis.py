@@ -1,0 +1,166 @@
+"""Response synthesis lowered to LLM calls, mirroring LlamaIndex's synthesizers step by step.
+
+Every prompt is built by LlamaIndex itself: the synthesizer's templates, their
+``partial_format``, ``get_biggest_prompt`` and the synthesizer's ``PromptHelper``
+(``repack`` / ``truncate``). What changes is only how the calls are issued: tree
+summarize's leaf calls always run concurrently (stock: only with ``use_async``),
+and each call goes to Ayo's LLM engine with the query's priority.
+
+``predict(template, **prompt_args) -> str`` stands for ``llm.predict``; the lowering
+passes one bound to the synthesizer's LLM (engine request or opaque call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from llama_index.core.llms.structured_llm import StructuredLLM
+from llama_index.core.prompts.prompt_utils import get_biggest_prompt
+from llama_index.core.response_synthesizers import (
+    CompactAndRefine,
+    Refine,
+    SimpleSummarize,
+    TreeSummarize,
+)
+from llama_index.core.response_synthesizers.base import BaseSynthesizer
+
+from ayo_llamaindex._util import overridden
+
+PredictFn = Callable[..., Awaitable[str]]
+
+# Methods whose stock control flow is mirrored below; a subclass overriding one of
+# them does something else, so it stays opaque.
+_MIRRORED = {
+    SimpleSummarize: ("get_response", "aget_response", "synthesize", "asynthesize"),
+    TreeSummarize: ("get_response", "aget_response", "synthesize", "asynthesize"),
+    Refine: ("get_response", "aget_response", "_run_refine_loop", "_arun_refine_loop",
+             "_update_response", "_aupdate_response", "synthesize", "asynthesize"),
+    CompactAndRefine: ("get_response", "aget_response", "_make_compact_text_chunks", "_run_refine_loop",
+                       "_arun_refine_loop", "_update_response", "_aupdate_response", "synthesize", "asynthesize"),
+}
+MODE_OF = {CompactAndRefine: "compact", Refine: "refine", TreeSummarize: "tree_summarize",
+           SimpleSummarize: "simple_summarize"}
+
+
+def synthesis_mode(synth: Any) -> tuple[str | None, str]:
+    """``(mode, "")`` when Ayo mirrors this synthesizer, else ``(None, reason)``."""
+    if not isinstance(synth, BaseSynthesizer):
+        return None, f"{type(synth).__name__} is not a LlamaIndex synthesizer"
+    # most specific first: CompactAndRefine is a Refine
+    for cls in (CompactAndRefine, Refine, TreeSummarize, SimpleSummarize):
+        if isinstance(synth, cls):
+            over = overridden(synth, cls, _MIRRORED[cls])
+            if over:
+                return None, f"{type(synth).__name__} overrides {', '.join(over)}"
+            break
+    else:
+        return None, f"{type(synth).__name__} (a response mode Ayo does not lower)"
+    if synth._streaming:
+        return None, "streaming=True (the stock synthesizer streams the answer)"
+    if getattr(synth, "_output_cls", None) is not None:
+        return None, "output_cls is set (structured output)"
+    if synth._multimodal:
+        return None, "multimodal=True"
+    if isinstance(synth._llm, StructuredLLM):
+        return None, "its LLM is a StructuredLLM"
+    if isinstance(synth, Refine):
+        if synth._structured_answer_filtering:
+            return None, "structured_answer_filtering=True"
+        factory = synth._program_factory
+        if getattr(factory, "__func__", None) is not Refine._default_program_factory:
+            return None, "a custom program_factory"
+    return MODE_OF[cls], ""
+
+
+def source_texts(nodes: Sequence[Any]) -> list[str]:
+    """The text chunks ``BaseSynthesizer.synthesize`` hands to ``get_response``."""
+    from llama_index.core.schema import MetadataMode
+
+    return [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in nodes]
+
+
+async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str], predict: PredictFn) -> Any:
+    """``synth.get_response(query_str, chunks)`` for a mirrored ``mode``."""
+    if mode == "compact":
+        chunks = compact_text_chunks(synth, query_str, chunks)
+        return await refine_loop(synth, query_str, chunks, predict)
+    if mode == "refine":
+        return await refine_loop(synth, query_str, chunks, predict)
+    if mode == "tree_summarize":
+        return await tree_summarize(synth, query_str, chunks, predict)
+    if mode == "simple_summarize":
+        return await simple_summarize(synth, query_str, chunks, predict)
+    raise ValueError(f"unknown synthesis mode {mode!r}: use compact, refine, tree_summarize or simple_summarize")
+
+
+def compact_text_chunks(synth: CompactAndRefine, query_str: str, chunks: Sequence[str]) -> list[str]:
+    """``CompactAndRefine._make_compact_text_chunks`` (called, not copied)."""
+    return synth._make_compact_text_chunks(query_str, chunks)
+
+
+def initial_refine_chunks(synth: Refine, chunks: Sequence[str]) -> deque:
+    """The first packing of ``Refine._arun_refine_loop``: each chunk repacked on its own."""
+    max_prompt = get_biggest_prompt([synth._text_qa_template, synth._refine_template])
+    return deque(
+        tc
+        for chunk in chunks
+        for tc in synth._prompt_helper.repack(max_prompt, [chunk], llm=synth._llm, padding=synth._response_padding_size)
+    )
+
+
+async def refine_loop(synth: Refine, query_str: str, chunks: Sequence[str], predict: PredictFn) -> str:
+    """``Refine._arun_refine_loop`` with ``DefaultRefineProgram`` (no streaming, no output_cls)."""
+    chunks_deque = initial_refine_chunks(synth, chunks)
+    response: str | None = None
+    while chunks_deque:
+        chunk = chunks_deque.popleft()
+        if response is None:
+            prompt_template = synth._text_qa_template.partial_format(query_str=query_str)
+            prompt_kwargs = {"context_str": chunk}
+        else:
+            prompt_template = synth._refine_template.partial_format(query_str=query_str, existing_answer=response)
+            # the stock loop repacks against the partially formatted template (the
+            # existing answer grows) and pushes any overflow back to the front
+            repacked = synth._prompt_helper.repack(prompt_template, [chunk], llm=synth._llm)
+            if len(repacked) > 1:
+                chunks_deque.extendleft(repacked)
+                continue
+            prompt_kwargs = {"context_msg": repacked[0]}
+        answer = await predict(prompt_template, **prompt_kwargs)
+        # DefaultRefineProgram always says query_satisfied=True; an empty answer keeps the old one
+        if answer:
+            response = answer
+    return response or "Empty Response"
+
+
+async def tree_summarize(synth: TreeSummarize, query_str: str, chunks: Sequence[str], predict: PredictFn) -> str:
+    """``TreeSummarize.aget_response``: leaf summaries concurrently, then recurse."""
+    summary_template = synth._summary_template.partial_format(query_str=query_str)
+    while True:
+        chunks = synth._prompt_helper.repack(summary_template, text_chunks=chunks, llm=synth._llm)
+        if len(chunks) == 1:
+            return await predict(summary_template, context_str=chunks[0])
+        chunks = list(await asyncio.gather(*(predict(summary_template, context_str=c) for c in chunks)))
+
+
+async def simple_summarize(synth: SimpleSummarize, query_str: str, chunks: Sequence[str], predict: PredictFn) -> str:
+    """``SimpleSummarize.aget_response``: one call over the truncated, joined chunks."""
+    text_qa_template = synth._text_qa_template.partial_format(query_str=query_str)
+    truncated = synth._prompt_helper.truncate(prompt=text_qa_template, text_chunks=["\n".join(chunks)], llm=synth._llm)
+    response = await predict(text_qa_template, context_str=truncated)
+    return response or "Empty Response"
+
+
+def empty_response(synth: BaseSynthesizer) -> Any:
+    """What ``synthesize`` returns for zero nodes (no LLM call)."""
+    from llama_index.core.base.response.schema import Response
+
+    return Response(synth._empty_response)
+
+
+def prepare_response(synth: BaseSynthesizer, response_str: Any, nodes: list[Any]) -> Any:
+    """``BaseSynthesizer._prepare_response_output`` (called, not copied)."""
+    return synth._prepare_response_output(response_str, list(nodes))
