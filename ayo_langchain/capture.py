@@ -1,0 +1,332 @@
+"""Capture: walk an LCEL runnable into a tree of modules Ayo knows how to lower.
+
+Capture is static introspection of the user's objects; it never calls them. Every
+node of the tree keeps the user's runnable, so lowering can always fall back to
+calling it as-is: something Ayo does not recognize becomes :class:`Opaque` (still a
+graph node, still parallel with independent work), never an error. Recognition is by
+exact class where a subclass could change behaviour (a subclass of
+``VectorStoreRetriever`` may override ``_aget_relevant_documents``), by base class
+where Ayo only calls the object's own public methods (prompts, parsers).
+
+Run-time structure (``RunnableBranch`` picks, routing functions that return a
+runnable) is captured lazily: the branch's arms are captured when chosen.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.output_parsers import BaseOutputParser
+from langchain_core.prompts import BasePromptTemplate
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import (
+    Runnable,
+    RunnableBinding,
+    RunnableBranch,
+    RunnableLambda,
+    RunnableParallel,
+    RunnablePassthrough,
+    RunnableSequence,
+)
+from langchain_core.runnables.base import coerce_to_runnable
+from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
+
+log = logging.getLogger(__name__)
+
+
+# ---- the module tree -------------------------------------------------------------------
+@dataclass
+class Module:
+    """One captured module; ``runnable`` is the user's object (what a fallback calls)."""
+
+    runnable: Any
+    wrappers: tuple[Any, ...] = ()  # enclosing RunnableBindings (innermost last) whose config applies
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    def label(self) -> str:
+        try:
+            return self.runnable.get_name()
+        except Exception:  # noqa: BLE001 - a label must never fail capture
+            return type(self.runnable).__name__
+
+    def children(self) -> list[Module]:
+        return []
+
+
+@dataclass
+class Sequence(Module):
+    steps: list[Module] = field(default_factory=list)
+
+    def children(self) -> list[Module]:
+        return list(self.steps)
+
+
+@dataclass
+class Parallel(Module):
+    branches: dict[str, Module] = field(default_factory=dict)
+
+    def children(self) -> list[Module]:
+        return list(self.branches.values())
+
+
+@dataclass
+class Identity(Module):
+    """``RunnablePassthrough()``: the input flows on unchanged (no node)."""
+
+
+@dataclass
+class Assign(Module):
+    """``RunnablePassthrough.assign(...)``: the input dict plus the mapper's outputs."""
+
+    mapper: Parallel | None = None
+
+    def children(self) -> list[Module]:
+        return [self.mapper] if self.mapper else []
+
+
+@dataclass
+class Pick(Module):
+    """``.pick(keys)``."""
+
+
+@dataclass
+class Lambda(Module):
+    """A ``RunnableLambda`` (an opaque transform; may return a runnable to route to)."""
+
+    inline: bool = False  # operator.itemgetter & co: pure and cheap, no thread hop
+
+
+@dataclass
+class Branch(Module):
+    """A ``RunnableBranch``: conditions are evaluated in order at run time."""
+
+
+@dataclass
+class Prompt(Module):
+    """A prompt template (formatted with its own code)."""
+
+
+@dataclass
+class Model(Module):
+    """``ChatOpenAI`` / ``OpenAI`` at an OpenAI-compatible server: lowered to a DECODE on the LLM engine."""
+
+    model: Any = None  # the leaf model object (runnable may be a binding around it)
+    chat: bool = True
+
+
+@dataclass
+class Parser(Module):
+    """An output parser (the user's object parses)."""
+
+    line_list: bool = False  # parse(text) is "non-empty lines of text.strip()"
+
+
+@dataclass
+class VectorRetriever(Module):
+    """``VectorStoreRetriever`` over ``langchain_chroma.Chroma`` with ``HuggingFaceEmbeddings``."""
+
+    vectorstore: Any = None
+    embeddings: Any = None
+
+
+@dataclass
+class MultiQuery(Module):
+    """``MultiQueryRetriever``: generate queries, retrieve each, unique union."""
+
+    retriever: Module | None = None
+    llm_chain: Module | None = None
+
+    def children(self) -> list[Module]:
+        return [m for m in (self.llm_chain, self.retriever) if m is not None]
+
+
+@dataclass
+class Ensemble(Module):
+    """``EnsembleRetriever``: all retrievers on the same query, weighted reciprocal rank fusion."""
+
+    retrievers: list[Module] = field(default_factory=list)
+
+    def children(self) -> list[Module]:
+        return list(self.retrievers)
+
+
+@dataclass
+class Opaque(Module):
+    """Anything else: one node that calls the user's runnable as-is."""
+
+    reason: str = ""
+
+
+# ---- recognition -----------------------------------------------------------------------
+_INLINE_FUNCS = (operator.itemgetter, operator.attrgetter)
+
+
+def _is_line_list_parser(parser: Any) -> bool:
+    try:
+        from langchain_classic.retrievers.multi_query import LineListOutputParser
+    except ImportError:  # pragma: no cover - langchain-classic is a dependency
+        return False
+    return type(parser) is LineListOutputParser
+
+
+def _openai_model(obj: Any) -> tuple[bool, bool]:
+    """(recognized, chat) for a langchain-openai model Ayo can route to its LLM engine."""
+    try:
+        from langchain_openai import ChatOpenAI, OpenAI
+    except ImportError:  # pragma: no cover
+        return False, False
+    if type(obj) is ChatOpenAI:
+        return True, True
+    if type(obj) is OpenAI:
+        return True, False
+    return False, False
+
+
+def embeddings_supported(emb: Any) -> str:
+    """'' when Ayo's embedding engine reproduces ``emb.embed_query``, else why not."""
+    try:
+        from langchain_huggingface import HuggingFaceEmbeddings
+    except ImportError:  # pragma: no cover
+        return "langchain-huggingface is not installed"
+    if type(emb) is not HuggingFaceEmbeddings:
+        return f"embeddings {type(emb).__name__} are not HuggingFaceEmbeddings"
+    if emb.multi_process:
+        return "multi_process embeddings"
+    if set(emb.model_kwargs) - {"device"} or emb.model_kwargs.get("device", "cpu") != "cpu":
+        return f"model_kwargs {emb.model_kwargs} (only device='cpu' is reproduced)"
+    kwargs = emb.query_encode_kwargs or emb.encode_kwargs
+    if set(kwargs) - {"normalize_embeddings", "batch_size", "convert_to_numpy"}:
+        return f"encode kwargs {sorted(kwargs)} (only normalize_embeddings is reproduced)"
+    return ""
+
+
+def _vector_retriever(r: Any) -> tuple[bool, str]:
+    from langchain_core.vectorstores import VectorStoreRetriever
+
+    if type(r) is not VectorStoreRetriever:
+        return False, ""
+    try:
+        from langchain_chroma import Chroma
+    except ImportError:  # pragma: no cover
+        return False, "langchain-chroma is not installed"
+    if type(r.vectorstore) is not Chroma:
+        return False, f"vector store {type(r.vectorstore).__name__} is not langchain_chroma.Chroma"
+    if r.search_type not in ("similarity", "mmr"):
+        return False, f"search_type {r.search_type!r} runs as-is"
+    why = embeddings_supported(r.vectorstore.embeddings)
+    return (not why), why
+
+
+class Capturer:
+    """Walks runnables into :class:`Module` trees; remembers what stayed opaque and why."""
+
+    def __init__(self) -> None:
+        self.opaque: list[tuple[str, str]] = []
+
+    def capture(self, obj: Any, wrappers: tuple[Any, ...] = ()) -> Module:
+        runnable = obj if isinstance(obj, Runnable) else coerce_to_runnable(obj)
+        module = self._capture(runnable, wrappers)
+        if isinstance(module, Opaque):
+            self.opaque.append((module.label(), module.reason))
+        return module
+
+    def _capture(self, r: Any, wrappers: tuple[Any, ...]) -> Module:
+        t = type(r)
+        if t is RunnableSequence:
+            return Sequence(r, wrappers, [self.capture(s, wrappers) for s in r.steps])
+        if t is RunnableParallel:
+            return Parallel(r, wrappers, {k: self.capture(v, wrappers) for k, v in r.steps__.items()})
+        if t is RunnablePassthrough:
+            if r.func is None and getattr(r, "afunc", None) is None:
+                return Identity(r, wrappers)
+            return Opaque(r, wrappers, "RunnablePassthrough with a side-effect function")
+        if t is RunnableAssign:
+            mapper = self.capture(r.mapper, wrappers)
+            if isinstance(mapper, Parallel):
+                return Assign(r, wrappers, mapper)
+            return Opaque(r, wrappers, "assign() with an unexpected mapper")
+        if t is RunnablePick:
+            return Pick(r, wrappers)
+        if t is RunnableLambda:
+            return Lambda(r, wrappers, inline=isinstance(getattr(r, "func", None), _INLINE_FUNCS))
+        if t is RunnableBranch:
+            return Branch(r, wrappers)
+        if t is RunnableBinding:
+            return self._binding(r, wrappers)
+        return self._leaf(r, wrappers)
+
+    def _binding(self, r: RunnableBinding, wrappers: tuple[Any, ...]) -> Module:
+        if r.config_factories:
+            return Opaque(r, wrappers, "binding with config factories (listeners)")
+        inner = r.bound
+        while type(inner) is RunnableBinding and not inner.config_factories:
+            inner = inner.bound
+        ok, chat = _openai_model(inner)
+        if ok:
+            return Model(r, wrappers, model=inner, chat=chat)
+        if r.kwargs:
+            # kwargs go to the bound runnable's invoke: the binding is called as one node
+            return Opaque(r, wrappers, f"bound kwargs on {type(r.bound).__name__}: called as-is")
+        # with_config / with_types: the bound runnable runs under the merged config
+        return self.capture(r.bound, (*wrappers, r))
+
+    def _leaf(self, r: Any, wrappers: tuple[Any, ...]) -> Module:
+        ok, chat = _openai_model(r)
+        if ok:
+            return Model(r, wrappers, model=r, chat=chat)
+        if isinstance(r, BasePromptTemplate):
+            return Prompt(r, wrappers)
+        if isinstance(r, BaseOutputParser):
+            return Parser(r, wrappers, line_list=_is_line_list_parser(r))
+        if isinstance(r, BaseRetriever):
+            return self._retriever(r, wrappers)
+        from langchain_core.language_models import BaseLanguageModel
+
+        if isinstance(r, BaseLanguageModel):
+            return Opaque(r, wrappers, f"model {type(r).__name__} is not ChatOpenAI/OpenAI: called as-is")
+        return Opaque(r, wrappers, f"{type(r).__name__} is not recognized: called as-is")
+
+    def _retriever(self, r: Any, wrappers: tuple[Any, ...]) -> Module:
+        ok, why = _vector_retriever(r)
+        if ok:
+            return VectorRetriever(r, wrappers, vectorstore=r.vectorstore, embeddings=r.vectorstore.embeddings)
+        try:
+            from langchain_classic.retrievers import EnsembleRetriever, MultiQueryRetriever
+        except ImportError:  # pragma: no cover
+            EnsembleRetriever = MultiQueryRetriever = ()  # noqa: N806
+        if MultiQueryRetriever and type(r) is MultiQueryRetriever:
+            from langchain_classic.chains.llm import LLMChain
+
+            if isinstance(r.llm_chain, LLMChain):
+                return Opaque(r, wrappers, "MultiQueryRetriever with a legacy LLMChain")
+            return MultiQuery(r, wrappers, retriever=self.capture(r.retriever), llm_chain=self.capture(r.llm_chain))
+        if EnsembleRetriever and type(r) is EnsembleRetriever:
+            return Ensemble(r, wrappers, retrievers=[self.capture(x) for x in r.retrievers])
+        return Opaque(r, wrappers, why or f"retriever {type(r).__name__} is called as-is")
+
+
+def capture(runnable: Any) -> tuple[Module, list[tuple[str, str]]]:
+    """Capture ``runnable``; returns the module tree and the (label, reason) of every opaque part."""
+    c = Capturer()
+    return c.capture(runnable), c.opaque
+
+
+def format_tree(module: Module, indent: int = 0) -> str:
+    """The module tree as indented text (for ``explain()``)."""
+    pad = "  " * indent
+    extra = f"  -- opaque: {module.reason}" if isinstance(module, Opaque) else ""
+    lines = [f"{pad}{module.kind}: {module.label()}{extra}"]
+    if isinstance(module, Parallel):
+        for key, child in module.branches.items():
+            lines.append(f"{pad}  [{key}]")
+            lines.append(format_tree(child, indent + 2))
+        return "\n".join(lines)
+    for child in module.children():
+        lines.append(format_tree(child, indent + 1))
+    return "\n".join(lines)

@@ -1,0 +1,301 @@
+"""Lowering: a captured module tree + one input -> the query's primitive graph.
+
+Every node calls LangChain's own code for its module (``prompt.ainvoke``, the user's
+parser, the user's lambda, a routed copy of the user's model), under a child config of
+the query's chain run; only *when* and *how batched* things run changes. Independent
+branches (a ``RunnableParallel``'s values) are independent nodes, so the runtime runs
+them concurrently. A ``RunnableBranch`` or a routing function (a lambda that returns a
+runnable) returns :class:`~ayo_core.runtime.context.Expand`: the chosen runnable is
+captured and lowered when the choice is known, and the graph grows.
+
+Node names are structural (``"3.prompt"``, ``"5.llm/0.parser"``), so the same chain
+gives the same names for every query: the runtime's cost model learns per name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import (
+    acall_func_with_variable_args,
+    call_func_with_variable_args,
+    ensure_config,
+    patch_config,
+    run_in_executor,
+)
+from langchain_core.runnables.utils import is_async_generator
+
+from ayo_core.graph import Node, Op
+from ayo_core.runtime.context import Expand
+from ayo_langchain import capture as cap
+from ayo_langchain.callbacks import child, leaf_config, start_chain_run
+from ayo_langchain.openai_route import Route, route
+
+log = logging.getLogger(__name__)
+
+# Rough seconds per module, only to rank slack before the runtime has measured anything.
+SECONDS_PER_TOKEN = 0.03
+COST = {"prompt": 0.001, "parser": 0.001, "lambda": 0.002, "opaque": 0.05, "embed": 0.02, "search": 0.01,
+        "branch": 0.5}  # a branch usually expands into model calls
+
+
+@dataclass
+class QueryRun:
+    """Per-input state the node functions close over."""
+
+    cfg: RunnableConfig  # child config of the query's chain run
+    run_manager: Any  # the query's chain run (for step tags)
+    stream_to: Any = None  # the Model module whose chunks go to ``sink`` (astream)
+    sink: asyncio.Queue | None = None
+    tail_from: int | None = None  # top-level sequence steps from here run outside the graph (astream)
+
+
+@dataclass
+class Lowerer:
+    """Builds the nodes of one query; ``sub()`` gives a lowerer for a run-time expansion."""
+
+    plan: Any  # ayo_langchain.runnable.Plan (engines, routed models, options)
+    run: QueryRun
+    prefix: str = ""
+    nodes: list[Node] = field(default_factory=list)
+    # dict-building node -> {key: producer node, "__base__": assign input}: prefill splitting reads it
+    dict_sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    # nodes whose value is known as soon as the query starts (the input, itemgetters of it)
+    early: set[str] = field(default_factory=set)
+    # estimated seconds after the query's start at which each node's value exists
+    ready: dict[str, float] = field(default_factory=dict)
+    _n: int = 0
+
+    def sub(self, parent: str) -> Lowerer:
+        return Lowerer(self.plan, self.run, prefix=f"{parent}/", early=set(self.early), ready=dict(self.ready))
+
+    def name(self, label: str) -> str:
+        self._n += 1
+        return f"{self.prefix}{self._n}.{label}"
+
+    def add(self, label: str, op: Op, fn: Callable[..., Any], inputs: dict[str, str], module: cap.Module | None,
+            **kw: Any) -> str:
+        name = self.name(label)
+        self.nodes.append(Node(name, op, fn=fn, inputs=inputs, module=module.label() if module else label, **kw))
+        start = max((self.ready.get(src, 0.0) for src in inputs.values()), default=0.0)
+        self.ready[name] = start + kw.get("cost", 0.0)
+        return name
+
+    # ---- dispatch -------------------------------------------------------------------------
+    def lower(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
+        """Add the nodes computing ``m`` applied to ``src``'s value; return the node holding the result."""
+        method = getattr(self, f"_lower_{type(m).__name__.lower()}", None)
+        if method is None:
+            return self._lower_opaque(m, src, cfg)
+        return method(m, src, cfg)
+
+    def _lower_identity(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
+        return src
+
+    def _lower_sequence(self, m: cap.Sequence, src: str, cfg: RunnableConfig) -> str:
+        top = m is self.plan.root and not self.prefix
+        steps = m.steps
+        if top and self.run.tail_from is not None:
+            steps = steps[: self.run.tail_from + 1]
+        outs = [src]
+        for i, step in enumerate(steps):
+            step_cfg = child(cfg, self.run.run_manager, f"seq:step:{i + 1}") if top else cfg
+            early = None
+            if isinstance(step, cap.Model) and i >= 2 and self.plan.prefill_split:
+                from ayo_langchain.prefill import early_inputs
+
+                early = early_inputs(self, steps[i - 1], step, self.dict_sources.get(outs[i - 1]))
+            if early is not None:
+                outs.append(self._lower_model(step, outs[-1], step_cfg, early=early))
+            else:
+                outs.append(self.lower(step, outs[-1], step_cfg))
+        return outs[-1]
+
+    def _lower_parallel(self, m: cap.Parallel, src: str, cfg: RunnableConfig) -> str:
+        top = m is self.plan.root and not self.prefix
+        keys = list(m.branches)
+        inputs = {}
+        for i, key in enumerate(keys):
+            branch_cfg = child(cfg, self.run.run_manager, f"map:key:{key}") if top else cfg
+            inputs[f"v{i}"] = self.lower(m.branches[key], src, branch_cfg)
+
+        async def as_dict(ctx: Any, **values: Any) -> dict[str, Any]:
+            return {key: values[f"v{i}"] for i, key in enumerate(keys)}
+
+        out = self.add("dict", Op.TRANSFORM, as_dict, inputs, m, cost=0.0)
+        self.dict_sources[out] = dict(zip(keys, inputs.values(), strict=True))
+        return out
+
+    def _lower_assign(self, m: cap.Assign, src: str, cfg: RunnableConfig) -> str:
+        async def must_be_dict(ctx: Any, value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise ValueError("The input to RunnablePassthrough.assign() must be a dict.")
+            return value
+
+        # the check runs before the mapper, as in RunnableAssign._ainvoke
+        checked = self.add("assign_input", Op.TRANSFORM, must_be_dict, {"value": src}, m)
+        mapped = self._lower_parallel(m.mapper, checked, cfg)
+
+        async def merge(ctx: Any, base: dict, new: dict) -> dict:
+            return {**base, **new}
+
+        out = self.add("assign", Op.TRANSFORM, merge, {"base": checked, "new": mapped}, m)
+        self.dict_sources[out] = {**self.dict_sources[mapped], "__base__": checked}
+        return out
+
+    # ---- leaves that call the user's object ---------------------------------------------
+    def _call_node(self, label: str, op: Op, m: cap.Module, src: str, cfg: RunnableConfig, cost: float) -> str:
+        runnable = m.runnable
+        run_cfg = leaf_config(cfg, m.wrappers, runnable)
+
+        async def call(ctx: Any, value: Any) -> Any:
+            return await runnable.ainvoke(value, run_cfg)
+
+        return self.add(label, op, call, {"value": src}, m, cost=cost)
+
+    def _lower_prompt(self, m: cap.Prompt, src: str, cfg: RunnableConfig) -> str:
+        return self._call_node("prompt", Op.TRANSFORM, m, src, cfg, COST["prompt"])
+
+    def _lower_parser(self, m: cap.Parser, src: str, cfg: RunnableConfig) -> str:
+        return self._call_node("parser", Op.TRANSFORM, m, src, cfg, COST["parser"])
+
+    def _lower_pick(self, m: cap.Pick, src: str, cfg: RunnableConfig) -> str:
+        out = self._call_node("pick", Op.TRANSFORM, m, src, cfg, COST["parser"])
+        if src in self.early:
+            self.early.add(out)
+        return out
+
+    def _lower_opaque(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
+        return self._call_node("opaque", Op.OPAQUE, m, src, cfg, COST["opaque"])
+
+    def _lower_lambda(self, m: cap.Lambda, src: str, cfg: RunnableConfig) -> str:
+        lam = m.runnable
+        run_cfg = leaf_config(cfg, m.wrappers, lam)
+        func = getattr(lam, "afunc", None) or lam.func
+        if is_async_generator(func) or inspect.isgeneratorfunction(func):
+            return self._call_node("lambda", Op.TRANSFORM, m, src, cfg, COST["lambda"])
+        name_box: list[str] = []
+
+        async def call(ctx: Any, value: Any) -> Any:
+            out = await lam._acall_with_config(_lambda_body(lam, m.inline), value, run_cfg)
+            if not isinstance(out, Runnable):
+                return out
+            limit = run_cfg["recursion_limit"]
+            if limit <= 0:
+                raise RecursionError(f"Recursion limit reached when invoking {lam} with input {value}.")
+            return self._expand(name_box[0], out, src, patch_config(run_cfg, recursion_limit=limit - 1))
+
+        name_box.append(self.add("lambda", Op.TRANSFORM, call, {"value": src}, m, cost=COST["lambda"]))
+        if m.inline and src in self.early:
+            self.early.add(name_box[0])
+        return name_box[0]
+
+    def _expand(self, parent: str, runnable: Any, src: str, cfg: RunnableConfig) -> Expand:
+        """Capture ``runnable`` now that it is known and grow the graph with its nodes."""
+        sub = self.sub(parent)
+        module = self.plan.capture(runnable)
+        out = sub.lower(module, src, cfg)
+        if out == src:  # the chosen runnable is a passthrough: still give the expansion a node
+            async def same(ctx: Any, value: Any) -> Any:
+                return value
+
+            out = sub.add("identity", Op.TRANSFORM, same, {"value": src}, module)
+        return Expand(nodes=sub.nodes, output=out)
+
+    def _lower_branch(self, m: cap.Branch, src: str, cfg: RunnableConfig) -> str:
+        br = m.runnable
+        run_cfg = leaf_config(cfg, m.wrappers, br)
+        name_box: list[str] = []
+
+        async def choose(ctx: Any, value: Any) -> Expand:
+            run_manager = await start_chain_run(br, value, run_cfg)
+            try:
+                chosen, tag = br.default, "branch:default"
+                for idx, (condition, runnable) in enumerate(br.branches):
+                    if await condition.ainvoke(value, child(run_cfg, run_manager, f"condition:{idx + 1}")):
+                        chosen, tag = runnable, f"branch:{idx + 1}"
+                        break
+            except BaseException as exc:
+                await run_manager.on_chain_error(exc)
+                raise
+            expansion = self._expand(name_box[0], chosen, src, child(run_cfg, run_manager, tag))
+            return _close_run(expansion, run_manager, name_box[0])
+
+        name_box.append(self.add("branch", Op.TRANSFORM, choose, {"value": src}, m, cost=COST["branch"]))
+        return name_box[0]
+
+    # ---- models ---------------------------------------------------------------------------
+    def _lower_model(self, m: cap.Model, src: str, cfg: RunnableConfig, early: Any = None,
+                     parts: Callable[[str], list] | None = None) -> str:
+        routed = self.plan.routed.get(id(m))
+        if routed is None:  # an endpoint the engine does not serve: call the model as-is
+            return self._call_node("model", Op.OPAQUE, m, src, cfg, COST["opaque"])
+        run_cfg = leaf_config(cfg, m.wrappers, m.runnable)
+        streaming = m is self.run.stream_to
+        sink = self.run.sink
+
+        async def decode(ctx: Any, prompt: Any, **_early: Any) -> Any:
+            with route(Route(ctx.llm, on_delta=ctx.stream_cb)):
+                if not streaming:
+                    return await routed.ainvoke(prompt, run_cfg)
+                final = None
+                async for chunk in routed.astream(prompt, run_cfg):
+                    sink.put_nowait(chunk)
+                    final = chunk if final is None else final + chunk
+                return final
+
+        inputs = {"prompt": src}
+        meta: dict[str, Any] = {"parts": parts} if parts else {}
+        if early is not None:
+            inputs.update(early.inputs)
+            meta["prefix"] = early.spec
+        return self.add("llm", Op.DECODE, decode, inputs, m, engine="llm", cost=self.plan.decode_cost(m),
+                        streamable=parts is not None, meta=meta)
+
+    # ---- retrievers (see retrieval.py) ----------------------------------------------------
+    def _lower_vectorretriever(self, m: cap.VectorRetriever, src: str, cfg: RunnableConfig) -> str:
+        from ayo_langchain.retrieval import lower_vector
+
+        return lower_vector(self, m, src, cfg)
+
+    def _lower_multiquery(self, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
+        from ayo_langchain.retrieval import lower_multi_query
+
+        return lower_multi_query(self, m, src, cfg)
+
+    def _lower_ensemble(self, m: cap.Ensemble, src: str, cfg: RunnableConfig) -> str:
+        from ayo_langchain.retrieval import lower_ensemble
+
+        return lower_ensemble(self, m, src, cfg)
+
+
+def _lambda_body(lam: Any, inline: bool) -> Callable[..., Any]:
+    """``RunnableLambda._ainvoke`` minus its last step: a returned runnable is handed back, not invoked."""
+
+    async def body(value: Any, run_manager: Any, config: RunnableConfig) -> Any:
+        if hasattr(lam, "afunc"):
+            return await acall_func_with_variable_args(lam.afunc, value, config, run_manager)
+        if inline:  # operator.itemgetter & co: pure, cheap, no thread hop
+            return lam.func(value)
+        return await run_in_executor(config, call_func_with_variable_args, lam.func, value, ensure_config(config),
+                                     run_manager.get_sync())
+
+    return body
+
+
+def _close_run(expansion: Expand, run_manager: Any, parent: str) -> Expand:
+    """Append a node that ends ``run_manager``'s chain run with the expansion's value."""
+
+    async def end(ctx: Any, value: Any) -> Any:
+        await run_manager.on_chain_end(value)
+        return value
+
+    name = f"{parent}/end"
+    node = Node(name, Op.TRANSFORM, fn=end, inputs={"value": expansion.output}, module="branch")
+    return Expand(nodes=[*expansion.nodes, node], output=name)

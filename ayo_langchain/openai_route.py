@@ -1,0 +1,305 @@
+"""Route a langchain-openai model's HTTP calls to Ayo's LLM engine.
+
+Why a client shim instead of re-typing the request: ``ChatOpenAI`` / ``OpenAI`` build
+the request (message conversion, ``max_completion_tokens``, ``stop``, ``extra_body``,
+``model_kwargs``) and turn the response into ``AIMessage`` / text, fire callbacks and
+map errors in their own code. We keep all of that: a *copy* of the user's model gets
+an ``async_client`` whose ``create(**payload)`` sends the very payload the stock client
+would send through the LLM engine (priority, stream callbacks, application context),
+and answers with the dict the OpenAI SDK would have parsed. Anything the engine does
+not speak (tools, response formats, ``n > 1``, logprobs) goes to the original client.
+
+The engine to use is taken from a context variable that a graph node sets around its
+model call (:func:`route`), so the same model copy serves every query of a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Request keys the engine forwards verbatim; anything else means "not ours".
+_CHAT_KEYS = {
+    "model", "stream", "stream_options", "messages", "temperature", "max_tokens",
+    "max_completion_tokens", "stop", "top_p", "seed", "presence_penalty",
+    "frequency_penalty", "n", "extra_body", "logprobs", "top_logprobs", "logit_bias", "user",
+}
+_COMPLETION_KEYS = (_CHAT_KEYS - {"messages", "max_completion_tokens"}) | {"prompt", "best_of", "echo", "suffix"}
+_ids = itertools.count()
+
+
+@dataclass
+class Route:
+    """Where the next model request of this task goes, and who listens to its text."""
+
+    llm: Any  # LLMEngine or the runtime's scheduled view of it (ctx.llm)
+    priority: int | None = None  # None: the engine scheduler's policy decides
+    on_delta: Callable[[str], None] | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+_ROUTE: contextvars.ContextVar[Route | None] = contextvars.ContextVar("ayo_langchain_route", default=None)
+
+
+@contextlib.contextmanager
+def route(r: Route) -> Iterator[Route]:
+    """Send the model requests made inside this block (this task and its children) to ``r.llm``."""
+    token = _ROUTE.set(r)
+    try:
+        yield r
+    finally:
+        _ROUTE.reset(token)
+
+
+def current_route() -> Route | None:
+    """The route set by the enclosing graph node, if any."""
+    return _ROUTE.get()
+
+
+def _engine_model(llm: Any) -> str | None:
+    return getattr(llm, "model", None) or getattr(getattr(llm, "engine", None), "model", None)
+
+
+def _engine_can_serve(r: Route | None, payload: dict, keys: set[str]) -> bool:
+    if r is None:
+        return False
+    if set(payload) - keys:
+        return False
+    if payload.get("n") not in (None, 1) or payload.get("logprobs") or payload.get("top_logprobs"):
+        return False
+    if payload.get("echo") or payload.get("suffix") or payload.get("best_of") not in (None, 1):
+        return False
+    model = _engine_model(r.llm)
+    return model is None or payload.get("model") == model
+
+
+def engine_kwargs(payload: dict, drop: set[str]) -> dict[str, Any]:
+    """The engine call's keyword arguments for an OpenAI ``payload``.
+
+    ``extra_body`` is flattened the way the OpenAI SDK merges it into the JSON body;
+    ``max_completion_tokens`` stays as ChatOpenAI names it. Keys the user never set stay
+    absent: an unset ``temperature`` means the server's default, not the engine's 0.0.
+    """
+    out = {k: v for k, v in payload.items() if k not in drop and k != "extra_body"}
+    out.update(payload.get("extra_body") or {})
+    # The engine omits None, so an unset max_tokens / temperature stays unset (server default).
+    out.setdefault("max_tokens", None)
+    out.setdefault("temperature", None)
+    return out
+
+
+class _Raw:
+    """What ``with_raw_response.create`` returns: ``parse()`` gives the response."""
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+        self.headers: dict[str, str] = {}
+        self.http_response = None
+
+    def parse(self) -> Any:
+        return self._value
+
+
+class _RawView:
+    def __init__(self, owner: _ShimBase) -> None:
+        self._owner = owner
+
+    async def create(self, **payload: Any) -> Any:
+        routed = self._owner._routed(payload)
+        if routed is None:
+            return await self._owner._original.with_raw_response.create(**payload)
+        return _Raw(await routed)
+
+
+class _Stream:
+    """An async chunk stream with the context-manager shape of the SDK's ``AsyncStream``."""
+
+    def __init__(self, agen: AsyncIterator[dict]) -> None:
+        self._agen = agen
+
+    async def __aenter__(self) -> _Stream:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> AsyncIterator[dict]:
+        return self._agen
+
+    async def aclose(self) -> None:
+        close = getattr(self._agen, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class _ShimBase:
+    """Common part of the chat and completion client shims."""
+
+    keys: set[str] = set()
+    object_name = ""
+
+    def __init__(self, original: Any) -> None:
+        self._original = original
+
+    @property
+    def with_raw_response(self) -> _RawView:
+        return _RawView(self)
+
+    async def create(self, **payload: Any) -> Any:
+        routed = self._routed(payload)
+        if routed is None:
+            return await self._original.create(**payload)
+        return await routed
+
+    def _routed(self, payload: dict) -> Any:
+        r = current_route()
+        if not _engine_can_serve(r, payload, self.keys):
+            if r is not None:
+                log.debug("request not routed to the engine (unsupported keys): %s", sorted(payload))
+            return None
+        if payload.get("stream"):
+            return self._stream(r, payload)
+        return self._once(r, payload)
+
+    async def _stream(self, r: Route, payload: dict) -> _Stream:
+        return _Stream(self._chunks(r, payload))
+
+    async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None) -> Any:
+        raise NotImplementedError
+
+    async def _once(self, r: Route, payload: dict) -> dict:
+        raise NotImplementedError
+
+    async def _chunks(self, r: Route, payload: dict) -> AsyncIterator[dict]:
+        """Run the request with a stream callback and yield SDK-shaped chunk dicts as text arrives."""
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def on_delta(text: str) -> None:
+            if r.on_delta is not None:
+                r.on_delta(text)
+            queue.put_nowait(text)
+
+        task = asyncio.ensure_future(self._call(r, payload, on_delta))
+        task.add_done_callback(lambda _t: queue.put_nowait(None))
+        rid, created = f"ayo-{next(_ids)}", int(time.time())
+        try:
+            yield self._chunk(rid, created, payload, "", None, first=True)
+            while (delta := await queue.get()) is not None:
+                if delta:
+                    yield self._chunk(rid, created, payload, delta, None)
+            result = task.result()  # raises the engine's error, if any
+            yield self._chunk(rid, created, payload, "", result.finish_reason or "stop")
+            if (payload.get("stream_options") or {}).get("include_usage"):
+                yield {"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),
+                       "choices": [], "usage": _usage(result)}
+        finally:
+            if not task.done():
+                task.cancel()
+
+    def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
+        raise NotImplementedError
+
+
+def _usage(result: Any) -> dict[str, Any]:
+    usage = {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+    }
+    cached = getattr(result, "cached_tokens", None)
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
+
+
+class ChatCompletionsShim(_ShimBase):
+    """Stands in for ``AsyncOpenAI().chat.completions`` on a copy of a ``ChatOpenAI``."""
+
+    keys = _CHAT_KEYS
+    object_name = "chat.completion.chunk"
+
+    async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None) -> Any:
+        kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "messages", "n"})
+        if r.priority is not None:
+            kwargs["priority"] = r.priority
+        return await r.llm.chat(payload["messages"], stream_cb=on_delta, **kwargs)
+
+    async def _once(self, r: Route, payload: dict) -> dict:
+        result = await self._call(r, payload, r.on_delta)
+        return {
+            "id": f"ayo-{next(_ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": payload.get("model"),
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": result.text},
+                "finish_reason": result.finish_reason or "stop",
+            }],
+            "usage": _usage(result),
+        }
+
+    def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
+        delta: dict[str, Any] = {"content": text}
+        if first:
+            delta["role"] = "assistant"
+        return {"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+
+class CompletionsShim(_ShimBase):
+    """Stands in for ``AsyncOpenAI().completions`` on a copy of an ``OpenAI`` (text completion) model."""
+
+    keys = _COMPLETION_KEYS
+    object_name = "text_completion"
+
+    async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None) -> Any:
+        prompt = payload["prompt"]
+        prompt = prompt[0] if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str) else prompt
+        kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "prompt", "n", "best_of", "echo",
+                                         "suffix", "logprobs"})
+        if r.priority is not None:
+            kwargs["priority"] = r.priority
+        return await r.llm.complete(prompt, stream_cb=on_delta, **kwargs)
+
+    async def _once(self, r: Route, payload: dict) -> dict:
+        prompts = payload["prompt"]
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        # BaseOpenAI sends several prompts in one request; the engine takes one each.
+        results = await asyncio.gather(*(self._call(r, {**payload, "prompt": p}, r.on_delta) for p in prompts))
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        for res in results:
+            for k, v in _usage(res).items():
+                if k in usage:
+                    usage[k] += v
+        return {
+            "id": f"ayo-{next(_ids)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": payload.get("model"),
+            "choices": [{"index": i, "text": res.text, "finish_reason": res.finish_reason or "stop",
+                         "logprobs": None} for i, res in enumerate(results)],
+            "usage": usage,
+        }
+
+    def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
+        return {"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),
+                "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}]}
+
+
+def routed_copy(model: Any) -> Any:
+    """A copy of a ``ChatOpenAI`` / ``OpenAI`` whose async client goes through the current :class:`Route`."""
+    from langchain_openai import OpenAI
+
+    shim_cls = CompletionsShim if isinstance(model, OpenAI) else ChatCompletionsShim
+    return model.model_copy(update={"async_client": shim_cls(model.async_client)})

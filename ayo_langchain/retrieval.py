@@ -1,0 +1,211 @@
+"""Lowering of retrievers: vector search, MultiQueryRetriever, EnsembleRetriever.
+
+* ``VectorStoreRetriever`` over ``langchain_chroma.Chroma`` with ``HuggingFaceEmbeddings``
+  -> EMBED on Ayo's embedding engine (same model folder, same options: newline
+  replacement, ``normalize_embeddings``; concurrent queries share forward passes) +
+  SEARCH through the user's own ``Chroma`` object (``similarity_search_by_vector`` /
+  ``max_marginal_relevance_search_by_vector``: the very calls ``similarity_search`` /
+  ``max_marginal_relevance_search`` make after embedding the query).
+* ``MultiQueryRetriever`` -> its prompt and model as nodes; when its parser is the
+  line-list parser, the model's decode streams each finished line to a per-line
+  retrieval while the next line is still being generated (decode pipelining). The
+  union uses the retriever's own ``unique_union`` over the user parser's final list,
+  in its order; a line the stream split differently from the parser is retrieved
+  again, so the result never depends on the streaming heuristics.
+* ``EnsembleRetriever`` -> its retrievers as parallel branches, fused by its own
+  ``weighted_reciprocal_rank``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.runnables import RunnableConfig
+
+from ayo_core.graph import Op
+from ayo_langchain import capture as cap
+from ayo_langchain.callbacks import leaf_config, start_retriever_run
+from ayo_langchain.lower import COST, Lowerer
+
+Retrieve = Callable[[Any, str], Awaitable[list[Document]]]
+_MMR_KEYS = ("k", "fetch_k", "lambda_mult", "filter", "where_document")
+
+
+# ---- vector retrieval ------------------------------------------------------------------
+def embed_options(emb: Any) -> tuple[bool, Any]:
+    """(normalize, batch_size) the stock ``embed_query`` encodes with."""
+    kwargs = emb.query_encode_kwargs or emb.encode_kwargs
+    return bool(kwargs.get("normalize_embeddings", False)), None
+
+
+async def embed_query(ctx: Any, plan: Any, emb: Any, query: str) -> list[float]:
+    """``HuggingFaceEmbeddings.embed_query`` on the embedding engine."""
+    normalize, batch_size = embed_options(emb)
+    text = query.replace("\n", " ")
+    kw: dict[str, Any] = {"normalize": normalize}
+    if plan.exact_embeddings:
+        kw["batch_size"] = (emb.query_encode_kwargs or emb.encode_kwargs).get("batch_size", 32)
+    vectors = await ctx.embed.aembed([text], **kw)
+    return vectors[0]
+
+
+def search_by_vector(retriever: Any, vector: list[float]) -> list[Document]:
+    """What ``VectorStoreRetriever`` does after ``embed_query``, on the user's own Chroma object."""
+    vs, kwargs = retriever.vectorstore, dict(retriever.search_kwargs)
+    if retriever.search_type == "mmr":
+        return vs.max_marginal_relevance_search_by_vector(vector, **{k: kwargs[k] for k in _MMR_KEYS if k in kwargs})
+    k = kwargs.pop("k", 4)
+    return vs.similarity_search_by_vector(vector, k, **kwargs)
+
+
+class _Done:
+    """An EMBED node's value when it already ran the stock retriever (non-str input)."""
+
+    def __init__(self, docs: list[Document]) -> None:
+        self.docs = docs
+
+
+def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableConfig) -> str:
+    retriever, plan = m.runnable, lw.plan
+    run_cfg = leaf_config(cfg, m.wrappers, retriever)
+    if not plan.serves_embeddings(m.embeddings):
+        return lw._call_node("retriever", Op.OPAQUE, m, src, cfg, COST["opaque"])
+
+    async def embed(ctx: Any, query: Any) -> Any:
+        if not isinstance(query, str):  # let the stock retriever raise (or cope) exactly as it would
+            return _Done(await retriever.ainvoke(query, run_cfg))
+        run_manager = await start_retriever_run(retriever, query, run_cfg)
+        try:
+            return (run_manager, await embed_query(ctx, plan, m.embeddings, query))
+        except BaseException as exc:
+            await run_manager.on_retriever_error(exc)
+            raise
+
+    async def search(ctx: Any, embedded: Any) -> list[Document]:
+        if isinstance(embedded, _Done):
+            return embedded.docs
+        run_manager, vector = embedded
+        try:
+            docs = await asyncio.to_thread(search_by_vector, retriever, vector)
+        except BaseException as exc:
+            await run_manager.on_retriever_error(exc)
+            raise
+        await run_manager.on_retriever_end(docs)
+        return docs
+
+    e = lw.add("embed", Op.EMBED, embed, {"query": src}, m, engine="embed", cost=COST["embed"], batchable=True)
+    return lw.add("search", Op.SEARCH, search, {"embedded": e}, m, engine="vector", cost=COST["search"])
+
+
+def retrieve_fn(lw: Lowerer, m: cap.Module, cfg: RunnableConfig) -> Retrieve:
+    """One call that retrieves for a query with module ``m`` (for per-part nodes and fallbacks)."""
+    retriever, plan = m.runnable, lw.plan
+    run_cfg = leaf_config(cfg, m.wrappers, retriever)
+    if not (isinstance(m, cap.VectorRetriever) and plan.serves_embeddings(m.embeddings)):
+        async def call(ctx: Any, query: str) -> list[Document]:
+            return await retriever.ainvoke(query, run_cfg)
+
+        return call
+
+    async def vector(ctx: Any, query: str) -> list[Document]:
+        run_manager = await start_retriever_run(retriever, query, run_cfg)
+        try:
+            vec = await embed_query(ctx, plan, m.embeddings, query)
+            docs = await asyncio.to_thread(search_by_vector, retriever, vec)
+        except BaseException as exc:
+            await run_manager.on_retriever_error(exc)
+            raise
+        await run_manager.on_retriever_end(docs)
+        return docs
+
+    return vector
+
+
+# ---- MultiQueryRetriever ---------------------------------------------------------------
+def line_parts(text: str) -> list[str]:
+    """Finished lines so far + the line still growing (LineListOutputParser's split, streamed)."""
+    segments = text.lstrip().split("\n")
+    return [s for s in segments[:-1] if s] + [segments[-1]]
+
+
+def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
+    mq = m.runnable
+    run_cfg = leaf_config(cfg, m.wrappers, mq)
+    steps = m.llm_chain.steps if isinstance(m.llm_chain, cap.Sequence) else []
+    pipelined = (len(steps) == 3 and isinstance(steps[0], cap.Prompt) and isinstance(steps[1], cap.Model)
+                 and isinstance(steps[2], cap.Parser) and steps[2].line_list and id(steps[1]) in lw.plan.routed)
+
+    async def start(ctx: Any, query: Any) -> Any:
+        run_manager = await start_retriever_run(mq, query, run_cfg)
+        return {"question": query, "_run": run_manager}
+
+    started = lw.add("mq_start", Op.TRANSFORM, start, {"query": src}, m)
+
+    async def question(ctx: Any, state: dict) -> dict:
+        return {"question": state["question"]}
+
+    q_dict = lw.add("mq_question", Op.TRANSFORM, question, {"state": started}, m)
+    chain_cfg = run_cfg  # children of the retriever run are approximated by the query's run
+    retrieve = retrieve_fn(lw, m.retriever, chain_cfg)
+    if pipelined:
+        pv = lw.lower(steps[0], q_dict, chain_cfg)
+        gen = lw._lower_model(steps[1], pv, chain_cfg, parts=line_parts)
+        lines = lw.lower(steps[2], gen, chain_cfg)
+
+        async def per_line(ctx: Any, line: str) -> tuple[str, list[Document]]:
+            return line, await retrieve(ctx, line)
+
+        per = lw.add("mq_retrieve", Op.SEARCH, per_line, {"line": gen}, m.retriever, engine="embed",
+                     cost=COST["embed"] + COST["search"], meta={"per_part": "line"})
+        inputs = {"state": started, "lines": lines, "per": per}
+    else:
+        lines = lw.lower(m.llm_chain, q_dict, chain_cfg)
+        inputs = {"state": started, "lines": lines}
+
+    async def union(ctx: Any, state: dict, lines: list[str], per: list | None = None) -> list[Document]:
+        run_manager = state["_run"]
+        try:
+            queries = list(lines) + ([state["question"]] if mq.include_original else [])
+            have = dict(per or [])
+            missing = [q for q in dict.fromkeys(queries) if q not in have]
+            found = await asyncio.gather(*(retrieve(ctx, q) for q in missing))
+            have.update(zip(missing, found, strict=True))
+            docs = mq.unique_union([d for q in queries for d in have[q]])
+        except BaseException as exc:
+            await run_manager.on_retriever_error(exc)
+            raise
+        await run_manager.on_retriever_end(docs)
+        return docs
+
+    return lw.add("mq_union", Op.AGGREGATE, union, inputs, m, cost=COST["search"])
+
+
+# ---- EnsembleRetriever -----------------------------------------------------------------
+def lower_ensemble(lw: Lowerer, m: cap.Ensemble, src: str, cfg: RunnableConfig) -> str:
+    ens = m.runnable
+    run_cfg = leaf_config(cfg, m.wrappers, ens)
+
+    async def start(ctx: Any, query: Any) -> Any:
+        return await start_retriever_run(ens, query, run_cfg)
+
+    started = lw.add("ensemble_start", Op.TRANSFORM, start, {"query": src}, m)
+    inputs = {"run": started}
+    for i, sub in enumerate(m.retrievers):
+        # (its child runs hang under the query's run: the ensemble's run starts only at run time)
+        inputs[f"r{i}"] = lw.lower(sub, src, run_cfg)
+
+    async def fuse(ctx: Any, run: Any, **lists: list) -> list[Document]:
+        try:
+            doc_lists = [[d if isinstance(d, Document) else Document(page_content=d) for d in lists[f"r{i}"]]
+                         for i in range(len(m.retrievers))]
+            docs = ens.weighted_reciprocal_rank(doc_lists)
+        except BaseException as exc:
+            await run.on_retriever_error(exc)
+            raise
+        await run.on_retriever_end(docs)
+        return docs
+
+    return lw.add("ensemble_fuse", Op.AGGREGATE, fuse, inputs, m, cost=COST["parser"])

@@ -1,0 +1,348 @@
+"""The drop-in runnable: ``optimize(chain)`` -> :class:`OptimizedRunnable`.
+
+Per input it opens the chain run (as ``RunnableSequence`` does, so callbacks, tags,
+metadata and run names behave), lowers the captured module tree into a primitive
+graph, optimizes it with the core passes and runs it on the shared runtime. All
+inputs of ``batch``/``abatch`` run on one runtime, so the engine schedulers batch
+and prioritize across them. Errors raised by the user's objects (a prompt missing a
+variable, a parser failing on the model's text, a retriever raising) come out as the
+very exception the stock chain raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
+from langchain_core.runnables.config import (
+    ensure_config,
+    get_async_callback_manager_for_config,
+    get_config_list,
+    patch_config,
+)
+
+from ayo_core.graph import Graph
+from ayo_core.runtime import Engines, NodeFailed, Runtime
+from ayo_langchain import _loop
+from ayo_langchain import capture as cap
+from ayo_langchain import engines as eng
+from ayo_langchain.callbacks import child, leaf_config
+from ayo_langchain.lower import SECONDS_PER_TOKEN, Lowerer, QueryRun
+from ayo_langchain.openai_route import routed_copy
+
+log = logging.getLogger(__name__)
+_END = object()
+
+
+@dataclass
+class Options:
+    """Knobs of :func:`ayo_langchain.optimize` (defaults are what the benchmarks use)."""
+
+    policy: str = "critical_path"
+    prefill_split: bool = True
+    min_prefill_tokens: int = 32  # below one KV block (vLLM CPU: --block-size 32) a prefill warms nothing
+    prefill_lead: float = 0.3  # split only when the late inputs are expected this many seconds after the early
+    exact_embeddings: bool = False  # True: embed each query alone (bit-identical vectors, no cross-query batching)
+    passes: bool = True
+    timeout: float | None = None
+
+
+def _rebind(runnable: Any, leaf: Any, copy: Any) -> Any:
+    """``runnable`` (the model or bindings around it) with the model replaced by ``copy``."""
+    if runnable is leaf:
+        return copy
+    if isinstance(runnable, RunnableBinding):
+        return runnable.model_copy(update={"bound": _rebind(runnable.bound, leaf, copy)})
+    raise TypeError(f"cannot reach the model inside {type(runnable).__name__}")
+
+
+class Plan:
+    """Everything fixed per optimized chain: the module tree, engines, routed models, runtime."""
+
+    def __init__(self, runnable: Any, options: Options, runtime: Runtime | None = None) -> None:
+        self.options = options
+        self.capturer = cap.Capturer()
+        self.root = self.capturer.capture(runnable)
+        self.routed: dict[int, Any] = {}
+        self._dynamic: dict[int, tuple[Any, cap.Module]] = {}
+        self.llm_endpoint: tuple[str, str] | None = None
+        self.embed_folder: str | None = None
+        self.llm: Any = None
+        self.embed: Any = None
+        self._register(self.root, discover=True)
+        if runtime is None:
+            runtime = Runtime(Engines(llm=self.llm, embed=self.embed), policy=options.policy)
+        else:
+            self.llm, self.embed = runtime.engines.llm, runtime.engines.embed
+            self._register(self.root, discover=False)
+        self.runtime = runtime
+
+    # ---- options the lowerers read ------------------------------------------------------
+    @property
+    def prefill_split(self) -> bool:
+        return self.options.prefill_split and self.llm is not None
+
+    @property
+    def min_prefill_tokens(self) -> int:
+        return self.options.min_prefill_tokens
+
+    @property
+    def exact_embeddings(self) -> bool:
+        return self.options.exact_embeddings
+
+    def decode_cost(self, m: cap.Model) -> float:
+        tokens = getattr(m.model, "max_tokens", None) or 256
+        return tokens * SECONDS_PER_TOKEN
+
+    def serves_embeddings(self, emb: Any) -> bool:
+        return (self.embed is not None and not cap.embeddings_supported(emb)
+                and eng.embedding_folder(emb) == self.embed_folder)
+
+    # ---- discovery ------------------------------------------------------------------
+    def capture(self, runnable: Any) -> cap.Module:
+        """Capture a runnable met at run time (a branch arm, a routing function's choice)."""
+        hit = self._dynamic.get(id(runnable))
+        if hit is not None and hit[0] is runnable:
+            return hit[1]
+        module = self.capturer.capture(runnable)
+        self._register(module, discover=False)
+        self._dynamic[id(runnable)] = (runnable, module)  # keeps runnable alive: ids stay unique
+        return module
+
+    def _register(self, module: cap.Module, discover: bool) -> None:
+        for m in _walk(module):
+            if isinstance(m, cap.Model):
+                self._register_model(m, discover)
+            elif isinstance(m, cap.VectorRetriever) and discover and self.embed is None:
+                folder = eng.embedding_folder(m.embeddings)
+                if folder and not cap.embeddings_supported(m.embeddings):
+                    self.embed_folder, self.embed = folder, eng.embedding_engine(folder)
+            elif isinstance(m, cap.Branch) and discover:
+                for _cond, arm in m.runnable.branches:
+                    self._register(self.capture(arm), discover)
+                self._register(self.capture(m.runnable.default), discover)
+
+    def _register_model(self, m: cap.Model, discover: bool) -> None:
+        endpoint = eng.model_endpoint(m.model)
+        if endpoint is None:
+            return
+        if self.llm is None and discover:
+            self.llm_endpoint, self.llm = endpoint, eng.llm_engine(*endpoint)
+        if self.llm_endpoint is None and self.llm is not None:
+            self.llm_endpoint = (eng.normalize_url(self.llm.base_url), self.llm.model)
+        if endpoint == self.llm_endpoint and id(m) not in self.routed:
+            self.routed[id(m)] = _rebind(m.runnable, m.model, routed_copy(m.model))
+
+
+def _walk(module: cap.Module) -> Iterator[cap.Module]:
+    yield module
+    for c in module.children():
+        yield from _walk(c)
+
+
+class OptimizedRunnable(Runnable):
+    """A ``Runnable`` that computes what the wrapped chain computes, on Ayo's runtime."""
+
+    def __init__(self, runnable: Any, options: Options | None = None, runtime: Runtime | None = None) -> None:
+        self.wrapped = runnable
+        self.options = options or Options()
+        self.plan = Plan(runnable, self.options, runtime)
+        self.last_trace: Any = None
+        self.last_traces: list[Any] = []
+        self.last_graph: Graph | None = None
+
+    # ---- Runnable surface -----------------------------------------------------------
+    def get_name(self, suffix: str | None = None, *, name: str | None = None) -> str:
+        return self.wrapped.get_name(suffix, name=name)
+
+    @property
+    def InputType(self) -> Any:  # noqa: N802 - Runnable's API
+        return self.wrapped.InputType
+
+    @property
+    def OutputType(self) -> Any:  # noqa: N802 - Runnable's API
+        return self.wrapped.OutputType
+
+    def get_input_schema(self, config: RunnableConfig | None = None) -> Any:
+        return self.wrapped.get_input_schema(config)
+
+    def get_output_schema(self, config: RunnableConfig | None = None) -> Any:
+        return self.wrapped.get_output_schema(config)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return _loop.run_sync(self._invoke(input, config))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await _loop.run_async(self._invoke(input, config))
+
+    def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
+              return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+        if not inputs:
+            return []
+        return _loop.run_sync(self._batch(inputs, config, return_exceptions))
+
+    async def abatch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
+                     return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+        if not inputs:
+            return []
+        return await _loop.run_async(self._batch(inputs, config, return_exceptions))
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
+        yield from _loop.iter_sync(self._astream(input, config))
+
+    async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        async for chunk in _loop.aiter_on_loop(self._astream(input, config)):
+            yield chunk
+
+    # ---- execution ------------------------------------------------------------------
+    async def _invoke(self, input: Any, config: RunnableConfig | None) -> Any:
+        config = ensure_config(config)
+        manager = get_async_callback_manager_for_config(config)
+        run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
+                                                   run_id=config.pop("run_id", None))
+        try:
+            value = await self._execute(input, QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()),
+                                                        run_manager=run_manager))
+        except BaseException as exc:
+            await run_manager.on_chain_error(exc)
+            raise
+        await run_manager.on_chain_end(value)
+        return value
+
+    async def _batch(self, inputs: list[Any], config: Any, return_exceptions: bool) -> list[Any]:
+        configs = get_config_list(config, len(inputs))
+        limit = configs[0].get("max_concurrency")
+        gate = asyncio.Semaphore(limit) if limit else None
+
+        async def one(i: int) -> Any:
+            if gate is None:
+                return await self._invoke(inputs[i], configs[i])
+            async with gate:
+                return await self._invoke(inputs[i], configs[i])
+
+        self.last_traces = []
+        return list(await asyncio.gather(*(one(i) for i in range(len(inputs))), return_exceptions=return_exceptions))
+
+    def build_graph(self, run: QueryRun) -> Graph:
+        """The query's primitive graph (lowered and, unless disabled, optimized by the core passes)."""
+        t0 = time.perf_counter()
+        lw = Lowerer(self.plan, run, early={"input"})
+        g = Graph()
+        g.input("input")
+        out = lw.lower(self.plan.root, "input", run.cfg)
+        for node in lw.nodes:
+            g.add(node)
+        g.output(out)
+        g.meta["overhead"] = {"build": time.perf_counter() - t0}
+        return _optimize(g) if self.options.passes else g
+
+    async def _execute(self, input: Any, run: QueryRun) -> Any:
+        g = self.build_graph(run)
+        self.last_graph = g
+        try:
+            value, trace = await self.plan.runtime.run(g, {"input": input}, timeout=self.options.timeout)
+        except NodeFailed as failed:
+            # the user's own exception, as the stock chain raises it
+            raise _original(failed) from None
+        self.last_trace = trace
+        self.last_traces.append(trace)
+        return value
+
+    async def _astream(self, input: Any, config: RunnableConfig | None) -> AsyncIterator[Any]:
+        config = ensure_config(config)
+        manager = get_async_callback_manager_for_config(config)
+        run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
+                                                   run_id=config.pop("run_id", None))
+        run = QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager)
+        final: Any = None
+        try:
+            async for chunk in self._stream_chunks(input, run):
+                final = chunk if final is None else _add(final, chunk)
+                yield chunk
+        except BaseException as exc:
+            await run_manager.on_chain_error(exc)
+            raise
+        await run_manager.on_chain_end(final)
+
+    async def _stream_chunks(self, input: Any, run: QueryRun) -> AsyncIterator[Any]:
+        root = self.plan.root
+        steps = root.steps if isinstance(root, cap.Sequence) else [root]
+        at = _last_model(steps)
+        if at is None:  # nothing streams token by token: the value is the one chunk, as stock
+            yield await self._execute(input, run)
+            return
+        top = isinstance(root, cap.Sequence)
+        chunks = await self._model_chunks(input, run, steps, at, top)
+        for j in range(at + 1, len(steps)):
+            step = steps[j]
+            cfg = child(run.cfg, run.run_manager, f"seq:step:{j + 1}") if top else run.cfg
+            chunks = step.runnable.atransform(chunks, leaf_config(cfg, step.wrappers, step.runnable))
+        async for chunk in chunks:
+            yield chunk
+
+    async def _model_chunks(self, input: Any, run: QueryRun, steps: list, at: int, top: bool) -> AsyncIterator[Any]:
+        model = steps[at]
+        cfg = child(run.cfg, run.run_manager, f"seq:step:{at + 1}") if top else run.cfg
+        if id(model) in self.plan.routed:
+            run.stream_to, run.sink, run.tail_from = model, asyncio.Queue(), at
+            return self._sink_chunks(input, run)
+        # a model Ayo does not route: the graph computes its input, the model streams as-is
+        run.tail_from = at - 1
+        prefix = await self._execute(input, run) if at > 0 else input
+        return model.runnable.astream(prefix, leaf_config(cfg, model.wrappers, model.runnable))
+
+    async def _sink_chunks(self, input: Any, run: QueryRun) -> AsyncIterator[Any]:
+        sink = run.sink
+        task = asyncio.ensure_future(self._execute(input, run))
+        task.add_done_callback(lambda _t: sink.put_nowait(_END))
+        try:
+            while (chunk := await sink.get()) is not _END:
+                yield chunk
+            await task  # raises the query's error, if any
+        finally:
+            if not task.done():
+                task.cancel()
+
+    # ---- introspection --------------------------------------------------------------
+    def explain(self) -> str:
+        """What Ayo made of the chain: modules, what stayed opaque and why, engines, the last graph and trace."""
+        from ayo_langchain.explain import explain
+
+        return explain(self)
+
+
+def _last_model(steps: list[cap.Module]) -> int | None:
+    from langchain_core.language_models import BaseLanguageModel
+
+    for i in range(len(steps) - 1, -1, -1):
+        s = steps[i]
+        if isinstance(s, cap.Model) or (isinstance(s, cap.Opaque) and isinstance(s.runnable, BaseLanguageModel)):
+            return i
+    return None
+
+
+def _add(a: Any, b: Any) -> Any:
+    try:
+        return a + b
+    except TypeError:
+        return b
+
+
+def _original(failed: NodeFailed) -> BaseException:
+    exc: BaseException = failed
+    while isinstance(exc, NodeFailed):
+        exc = exc.cause
+    return exc
+
+
+def _optimize(g: Graph) -> Graph:
+    try:
+        from ayo_core.passes import optimize_graph
+    except ImportError:  # the core's pass pipeline is not there: run the graph as built
+        return g
+    return optimize_graph(g)
