@@ -132,7 +132,7 @@ def _resolve(engine_type: type, method: str) -> tuple[str, str]:
 
     An async variant ``a<method>`` is preferred when the engine has one (``query`` -> ``aquery``).
     """
-    for name in (f"a{method}", method) if not method.startswith("a") else (method,):
+    for name in (f"a{method}", method):
         fn = getattr(engine_type, name, None)
         if fn is None:
             continue

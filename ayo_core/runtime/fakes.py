@@ -19,6 +19,7 @@ import asyncio
 import heapq
 import itertools
 import math
+import re
 import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,11 @@ def words(text: str) -> list[str]:
 def token_ids(text: str) -> list[int]:
     """Deterministic fake tokenization: one token per whitespace-separated word."""
     return [zlib.crc32(w.encode()) % 50_000 for w in words(text)]
+
+
+def output_tokens(text: str) -> list[str]:
+    """Fake output tokens: each word with the whitespace before it (joined they give the text back)."""
+    return re.findall(r"\s*\S+", text)
 
 
 def default_responder(prompt: str, max_tokens: int) -> str:
@@ -161,16 +167,16 @@ class FakeLLM:
             log.cached_tokens = cached
             await asyncio.sleep(self.latency.fixed + self.latency.per_prompt_token * (len(ids) - cached))
             self._remember(ids)
-            out = words(self.responder(prompt, max_tokens))[:max_tokens] if max_tokens > 0 else []
+            out = output_tokens(self.responder(prompt, max_tokens).lstrip())[:max_tokens] if max_tokens > 0 else []
             per_token = self.latency.per_token * self.latency.scale(self.active)
             if stream_cb is None:
                 await asyncio.sleep(per_token * len(out))
             else:
-                for i, word in enumerate(out):
+                for token in out:
                     await asyncio.sleep(per_token)
-                    stream_cb(word if i == 0 else " " + word)
+                    stream_cb(token)
             finish = "length" if len(out) >= max_tokens else "stop"
-            return FakeLLMResult(" ".join(out), len(ids), len(out), cached, finish)
+            return FakeLLMResult("".join(out), len(ids), len(out), cached, finish)
         finally:
             log.end = loop.time()
             self._release()

@@ -1,0 +1,19 @@
+"""Module templates: what adapters lower recognised modules to, and how each becomes primitives.
+
+Each template's ``build(graph, name, inputs, after=())`` adds its primitive nodes
+and returns the node holding its result; :class:`ShapeCache` caches
+build+optimize by shape.
+"""
+
+from ayo_core.templates.base import Template, call_llm, hit_text, with_score
+from ayo_core.templates.cache import ShapeCache, shape_key
+from ayo_core.templates.llm import LLMCall, QueryExpansion, Rerank
+from ayo_core.templates.local import Opaque, ToolCall, Transform
+from ayo_core.templates.retrieval import Indexing, Retrieval, to_records
+from ayo_core.templates.synthesis import Synthesis, greedy_pack
+
+__all__ = [
+    "Indexing", "LLMCall", "Opaque", "QueryExpansion", "Rerank", "Retrieval", "ShapeCache", "Synthesis",
+    "Template", "ToolCall", "Transform", "call_llm", "greedy_pack", "hit_text", "shape_key", "to_records",
+    "with_score",
+]
