@@ -330,7 +330,7 @@ class Graph:
         finish, best = self.longest_paths(costs)
         if not finish:
             return 0.0, []
-        end = max(finish, key=finish.__getitem__)
+        end = max(reversed(finish), key=finish.__getitem__)  # ties: the latest node (the sink side)
         path = [end]
         while best[path[-1]] is not None:
             path.append(best[path[-1]])

@@ -215,6 +215,7 @@ class EngineScheduler:
         self._space_waiters: list[asyncio.Future] = []
         self._counts = dict.fromkeys(("submitted", "finished", "failed", "cancelled", "batches", "merged"), 0)
         self._max_waiting = 0
+        self._pump_scheduled = False
 
     # ---- synchronous core (no I/O) --------------------------------------------------
     def submit_nowait(self, req: EngineRequest) -> None:
@@ -311,15 +312,23 @@ class EngineScheduler:
         req.future = loop.create_future()
         req.enqueued_at = loop.time()
         self.submit_nowait(req)
-        self._pump()
+        self._schedule_pump()
         try:
             return await req.future
         except asyncio.CancelledError:
             self.cancel_nowait(req)
-            self._pump()
+            self._schedule_pump()
             raise
 
+    def _schedule_pump(self) -> None:
+        # Step once per loop iteration, after every request submitted in this one:
+        # the policy then orders (and merging combines) requests that arrived together.
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
     def _pump(self) -> None:
+        self._pump_scheduled = False
         t0 = time.perf_counter()
         plan = self.step_nowait()
         for batch in plan.batches:
@@ -353,7 +362,7 @@ class EngineScheduler:
         for req in batch.requests:
             if req.stream_queue is not None:
                 req.stream_queue.put_nowait(STREAM_END)
-        self._pump()
+        self._schedule_pump()
 
     async def _call(self, batch: Batch) -> list[Any]:
         if batch.merge_param is None:

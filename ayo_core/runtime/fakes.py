@@ -305,19 +305,29 @@ class FakeVectorStore:
         self.calls.append((what, n, start, loop.time()))
 
 
+@dataclass(frozen=True)
+class FakeRerankResult:
+    """Same fields as ``ayo_core.engines.reranker.RerankResult``."""
+
+    index: int
+    score: float
+
+
 class FakeReranker:
     """Fake cross-encoder (tests and planning only): scores by shared words, ``fixed + per_item`` per call."""
 
     def __init__(self, latency: LatencyModel | None = None):
         self.latency = latency or LatencyModel(fixed=0.002, per_item=0.001, batch_efficiency=0.6)
 
-    async def arerank(self, query: str, texts: list[str]) -> list[float]:
-        await asyncio.sleep(self.latency.items_cost(len(texts)))
-        return self.rerank(query, texts)
+    async def arerank(self, query: str, passages: list[str], top_n: int | None = None) -> list[FakeRerankResult]:
+        await asyncio.sleep(self.latency.items_cost(len(passages)))
+        return self.rerank(query, passages, top_n)
 
-    def rerank(self, query: str, texts: list[str]) -> list[float]:
+    def rerank(self, query: str, passages: list[str], top_n: int | None = None) -> list[FakeRerankResult]:
         q = set(words(query.lower()))
-        return [len(q & set(words(t.lower()))) / (1 + len(words(t))) for t in texts]
+        scores = [len(q & set(words(t.lower()))) / (1 + len(words(t))) for t in passages]
+        ranked = sorted(range(len(passages)), key=lambda i: (-scores[i], i))
+        return [FakeRerankResult(i, scores[i]) for i in ranked[:top_n]]
 
 
 def fake_engines(scale: str = "unit", responder: Callable[[str, int], str] | None = None) -> Engines:

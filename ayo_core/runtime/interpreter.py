@@ -46,7 +46,10 @@ async def reference_run(graph: Graph, inputs: Mapping[str, Any] | None = None, e
             node = g.nodes[name]
             value = await _run_node(g, node, values, inputs, dispatchers, trace, inline_sync)
             if isinstance(value, Expand):
-                grow(g, node, value)
+                try:
+                    grow(g, node, value)
+                except Exception as exc:
+                    raise node_failure(g.query_id, node, exc) from exc
                 done = set(values) | {name}
                 order = [n for n in g.topo_order() if n not in done]
                 i = 0

@@ -159,7 +159,13 @@ class _EngineScores:
     async def __call__(self, ctx: Any, query: str, hits: list[Any]) -> list[tuple[Any, float]]:
         if not hits:
             return []
-        scores = await ctx.engine(self.engine).rerank(query, [hit_text(h) for h in hits])
+        results = await ctx.engine(self.engine).rerank(query, [hit_text(h) for h in hits])
+        scores = [0.0] * len(hits)
+        for pos, r in enumerate(results):  # RerankResult(index, score) objects, or plain scores in order
+            if hasattr(r, "index"):
+                scores[r.index] = float(r.score)
+            else:
+                scores[pos] = float(r)
         return list(zip(hits, scores, strict=True))
 
 
@@ -168,7 +174,8 @@ class _Flatten:
         flat, seen = [], set()
         for group in hits:
             for hit in group if isinstance(group, list) else [group]:
-                key = hit.get("id") if isinstance(hit, Mapping) else id(hit)
+                key = hit.get("id") if isinstance(hit, Mapping) else getattr(hit, "id", None)
+                key = id(hit) if key is None else key
                 if key not in seen:
                     seen.add(key)
                     flat.append(hit)
