@@ -87,6 +87,8 @@ def free_port(host: str = DEFAULT_HOST) -> int:
 def check_port_free(port: int, host: str = DEFAULT_HOST) -> None:
     """Raise LLMServerError naming the port and the fix when something already listens there."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Like uvicorn: connections in TIME_WAIT from a stopped server do not make the port busy.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
@@ -255,12 +257,12 @@ def start_server(
     host: str = DEFAULT_HOST,
 ) -> LLMServer:
     """Start a vLLM server and return it once healthy; the caller must ``stop()`` it (atexit also does)."""
+    if port is not None:
+        check_port_free(port, host)
     python = find_vllm_python()
+    path = resolve_model(model, dtype)
     if port is None:
         port = free_port(host)
-    else:
-        check_port_free(port, host)
-    path = resolve_model(model, dtype)
     server = LLMServer(path, port, dtype=dtype, served_model_name=served_model_name, host=host,
                        kv_cache_gib=kv_cache_gib, extra_args=extra_args, python=python)
     server.start(timeout=startup_timeout)
