@@ -1,0 +1,401 @@
+"""``ayo compare APP``: the stock app and the Ayo-optimized app, on the same engines, side by side.
+
+    python -m benchmarks.compare advanced_rag -n 10
+    python -m benchmarks.compare search_augmented --mode load --rate 0.5 -n 16
+    python -m benchmarks.compare all
+
+How numbers are made (DESIGN.md, "Benchmarks"): the engines start once (the vLLM
+server at ``$AYO_LLM_URL``, else one started by ``ayo_core.serve_llm``; the loopback
+search service as a subprocess), both apps warm up, then runs alternate on each
+question. The order flips every pair (stock-Ayo, Ayo-stock, ...) because both apps
+send the *same* prompts to one server and whoever runs second finds them in the
+prefix cache; flipping spreads that advantage evenly. Stock runs at its best
+settings (async paths: ``ainvoke``; LlamaIndex ``use_async=True``).
+
+Latency mode prints median of each, the median per-pair ratio (stock / Ayo), p95,
+whether every answer was identical, Ayo's own overhead and the critical-path bound
+(efficiency = bound / Ayo latency) from the optimized object's ``last_trace``.
+Load mode (``--mode load --rate R``) sends an open-loop Poisson stream of R queries/s
+to each app and prints throughput and p50/p95 latency. Each run writes
+``benchmarks/results/APP.json`` (``APP-load.json``), a PNG plot and, for latency,
+a Perfetto trace of one optimized query (``APP.trace.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a script or through `ayo compare`
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import timeline  # noqa: E402
+from examples.common import APPS, EnginesConfig, load_questions  # noqa: E402
+
+log = logging.getLogger("ayo.compare")
+RESULTS_DIR = REPO / "benchmarks" / "results"
+for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("ANONYMIZED_TELEMETRY", "False"),
+                      ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ.setdefault(_name, _value)
+
+
+# ---- statistics ------------------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100); NaN for no values."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def trace_figures(trace: Any) -> dict[str, float] | None:
+    """Latency, critical-path bound, efficiency and overhead from an Ayo trace (None if absent)."""
+    if trace is None:
+        return None
+    try:
+        latency = float(trace.latency)
+        bound = float(trace.critical_path_bound())
+        overhead = float(sum(trace.overhead.values()))
+    except Exception as exc:  # a half-built trace API must not sink the benchmark
+        log.warning("could not read Ayo's trace: %s", exc)
+        return None
+    return {"trace_latency_s": latency, "bound_s": bound, "overhead_s": overhead,
+            "efficiency": bound / latency if latency > 0 else float("nan")}
+
+
+def first_difference(a: str, b: str) -> int:
+    """Index of the first differing character (len of the shorter if one is a prefix)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def _shown(path: Path) -> str:
+    """A path as the user should see it: relative to the repository when inside it."""
+    return str(path.relative_to(REPO)) if path.resolve().is_relative_to(REPO) else str(path)
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "os": platform.platform()}
+
+
+# ---- one app ---------------------------------------------------------------------------
+class AppPair:
+    """The stock app and (when its adapter imports) the optimized one, built on one config."""
+
+    def __init__(self, name: str, cfg: EnginesConfig) -> None:
+        self.name = name
+        self.module = importlib.import_module(f"examples.{name}")
+        self.stock = self.module.build_stock(cfg)
+        self.ayo: Any = None
+        self.ayo_missing = ""
+        try:
+            self.ayo = self.module.build_optimized(cfg)
+        except ImportError as exc:  # the adapters are built alongside; run stock alone until they land
+            self.ayo_missing = f"{exc}"
+            log.warning("%s: optimized app unavailable (%s); measuring stock only", name, exc)
+
+    async def timed(self, which: str, item: dict[str, Any]) -> tuple[float, str, Any]:
+        app = self.stock if which == "stock" else self.ayo
+        start = time.perf_counter()
+        answer = await self.module.arun(app, item)
+        elapsed = time.perf_counter() - start
+        trace = getattr(app, "last_trace", None) if which == "ayo" else None
+        return elapsed, answer, trace
+
+
+async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """Warm up, then alternate stock and Ayo over the questions (order flips each pair)."""
+    from tqdm import tqdm
+
+    sides = ["stock"] + (["ayo"] if pair.ayo is not None else [])
+    for item in questions[:warmup]:
+        for side in sides:
+            await pair.timed(side, item)
+    rows = []
+    bar = tqdm(questions, desc=f"{pair.name} latency", unit="q", file=sys.stderr)
+    for i, item in enumerate(bar):
+        order = sides if i % 2 == 0 else sides[::-1]
+        row: dict[str, Any] = {"id": item["id"], "question": item["question"], "first": order[0]}
+        for side in order:
+            elapsed, answer, trace = await pair.timed(side, item)
+            row[f"{side}_s"], row[f"{side}_answer"] = elapsed, answer
+            if trace is not None:
+                row["ayo_trace"] = trace_figures(trace)
+        if "ayo_s" in row:
+            row["ratio"] = row["stock_s"] / row["ayo_s"]
+            row["identical"] = row["stock_answer"] == row["ayo_answer"]
+            if not row["identical"]:
+                row["first_difference"] = first_difference(row["stock_answer"], row["ayo_answer"])
+            bar.set_postfix(ratio=f"{row['ratio']:.2f}", same=row["identical"])
+        rows.append(row)
+    return {"pairs": rows, "summary": summarize_latency(rows)}
+
+
+def summarize_latency(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    stock = [r["stock_s"] for r in rows]
+    out: dict[str, Any] = {"n": len(rows), "stock_median_s": median(stock), "stock_p95_s": percentile(stock, 95)}
+    ayo = [r["ayo_s"] for r in rows if "ayo_s" in r]
+    if not ayo:
+        return out
+    ratios = [r["ratio"] for r in rows]
+    out.update({
+        "ayo_median_s": median(ayo), "ayo_p95_s": percentile(ayo, 95),
+        "median_ratio": median(ratios),
+        "median_ratio_stock_first": median([r["ratio"] for r in rows if r["first"] == "stock"]),
+        "median_ratio_ayo_first": median([r["ratio"] for r in rows if r["first"] == "ayo"]),
+        "identical_answers": sum(r["identical"] for r in rows), "all_identical": all(r["identical"] for r in rows),
+    })
+    traces = [r["ayo_trace"] for r in rows if r.get("ayo_trace")]
+    if traces:
+        out.update({
+            "ayo_overhead_median_s": median([t["overhead_s"] for t in traces]),
+            "ayo_overhead_median_pct": 100 * median([t["overhead_s"] / r["ayo_s"]
+                                                     for r in rows if (t := r.get("ayo_trace"))]),
+            "critical_path_bound_median_s": median([t["bound_s"] for t in traces]),
+            "efficiency_median": median([t["bound_s"] / r["ayo_s"] for r in rows if (t := r.get("ayo_trace"))]),
+        })
+    return out
+
+
+async def record_timelines(pair: AppPair, item: dict[str, Any], trace_path: Path) -> dict[str, Any]:
+    """One query, stock then Ayo: stage spans for the plot, and Ayo's Perfetto trace."""
+    rec = timeline.Recorder()
+    if pair.module.FRAMEWORK == "llamaindex":
+        with timeline.record_llamaindex(rec):
+            rec.reset()
+            stock_s = (await pair.timed("stock", item))[0]
+    else:
+        app = pair.stock.with_config(callbacks=[timeline.langchain_handler(rec)])
+        rec.reset()
+        start = time.perf_counter()
+        await pair.module.arun(app, item)
+        stock_s = time.perf_counter() - start
+    out: dict[str, Any] = {"question": item["id"], "stock_s": stock_s, "stock": rec.stage_spans()}
+    if pair.ayo is not None:
+        ayo_s, _, trace = await pair.timed("ayo", item)
+        out.update({"ayo_s": ayo_s, "ayo": timeline.spans_from_trace(trace)})
+        if trace is not None and hasattr(trace, "save_chrome"):
+            trace.save_chrome(trace_path)
+            out["perfetto_trace"] = _shown(trace_path)
+    return out
+
+
+# ---- load ------------------------------------------------------------------------------
+async def open_loop(pair: AppPair, side: str, items: list[dict[str, Any]], gaps: list[float]) -> list[dict[str, Any]]:
+    """Send ``items`` at the given inter-arrival gaps without waiting for answers (open loop)."""
+    t0 = time.perf_counter()
+    results: list[dict[str, Any]] = []
+
+    async def one(item: dict[str, Any], arrival: float) -> None:
+        try:
+            _, answer, _ = await pair.timed(side, item)
+            results.append({"id": item["id"], "arrival": arrival, "done": time.perf_counter() - t0, "answer": answer})
+        except Exception as exc:  # one failed request is a data point, not the end of the run
+            results.append({"id": item["id"], "arrival": arrival, "done": time.perf_counter() - t0, "error": repr(exc)})
+
+    tasks, at = [], 0.0
+    for item, gap in zip(items, gaps, strict=True):
+        at += gap
+        await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+        tasks.append(asyncio.create_task(one(item, at)))
+    await asyncio.gather(*tasks)
+    return sorted(results, key=lambda r: r["arrival"])
+
+
+def summarize_load(results: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in results if "error" not in r]
+    lat = [r["done"] - r["arrival"] for r in ok]
+    span = max((r["done"] for r in ok), default=0.0) - min((r["arrival"] for r in results), default=0.0)
+    return {"completed": len(ok), "errors": len(results) - len(ok), "throughput_qps": len(ok) / span if span > 0 else 0.0,
+            "p50_s": percentile(lat, 50), "p95_s": percentile(lat, 95), "mean_s": statistics.fmean(lat) if lat else None}
+
+
+async def run_load(pair: AppPair, questions: list[dict[str, Any]], rate: float, warmup: int, seed: int) -> dict[str, Any]:
+    """Same Poisson arrivals for both apps; halves run stock-Ayo then Ayo-stock (prefix-cache fairness)."""
+    rng = random.Random(seed)
+    gaps = [rng.expovariate(rate) for _ in questions]
+    gaps[0] = 0.0
+    sides = ["stock"] + (["ayo"] if pair.ayo is not None else [])
+    for item in questions[:warmup]:
+        for side in sides:
+            await pair.timed(side, item)
+    half = max(1, len(questions) // 2)
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    for part, order in ((slice(0, half), sides), (slice(half, None), sides[::-1])):
+        if not questions[part]:
+            continue
+        for side in order:
+            log.info("%s load: %s, %d queries at %.2f/s", pair.name, side, len(questions[part]), rate)
+            runs[side].append({"offset": part.start, "results": await open_loop(pair, side, questions[part], gaps[part])})
+    out: dict[str, Any] = {"rate_qps": rate, "seed": seed, "n": len(questions)}
+    for side, halves in runs.items():
+        results = [r for h in halves for r in h["results"]]
+        out[side] = {"summary": summarize_load_halves(halves), "results": results}
+    if pair.ayo is not None:
+        ayo_answers = {r["id"]: r.get("answer") for r in out["ayo"]["results"]}
+        out["all_identical"] = all(r.get("answer") == ayo_answers.get(r["id"]) for r in out["stock"]["results"])
+    return out
+
+
+def summarize_load_halves(halves: list[dict[str, Any]]) -> dict[str, Any]:
+    """Latency percentiles over both halves; throughput = completed / summed busy spans."""
+    parts = [summarize_load(h["results"]) for h in halves]
+    lat = [r["done"] - r["arrival"] for h in halves for r in h["results"] if "error" not in r]
+    busy = sum(p["completed"] / p["throughput_qps"] for p in parts if p["throughput_qps"])
+    done = sum(p["completed"] for p in parts)
+    return {"completed": done, "errors": sum(p["errors"] for p in parts), "throughput_qps": done / busy if busy else 0.0,
+            "p50_s": percentile(lat, 50), "p95_s": percentile(lat, 95)}
+
+
+# ---- reporting -------------------------------------------------------------------------
+def _fmt(value: Any, unit: str = "s") -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value:.2f}{unit}" if isinstance(value, float) else str(value)
+
+
+def print_latency(name: str, s: dict[str, Any], ayo_missing: str) -> None:
+    print(f"\n== {name}: {s['n']} questions, alternating stock/Ayo ==")
+    print(f"  stock  median {_fmt(s['stock_median_s'])}  p95 {_fmt(s['stock_p95_s'])}")
+    if ayo_missing:
+        print(f"  ayo    not measured: {ayo_missing}")
+        return
+    print(f"  ayo    median {_fmt(s['ayo_median_s'])}  p95 {_fmt(s['ayo_p95_s'])}")
+    print(f"  median per-pair ratio (stock/ayo) {_fmt(s['median_ratio'], 'x')}"
+          f"  [stock ran first: {_fmt(s['median_ratio_stock_first'], 'x')}, ayo first: {_fmt(s['median_ratio_ayo_first'], 'x')}]")
+    print(f"  identical answers {s['identical_answers']}/{s['n']}" + ("" if s["all_identical"] else "  <-- NOT all identical"))
+    if "efficiency_median" in s:
+        print(f"  ayo overhead median {_fmt(s['ayo_overhead_median_s'])} ({_fmt(s['ayo_overhead_median_pct'], '%')})"
+              f"  critical-path bound median {_fmt(s['critical_path_bound_median_s'])}"
+              f"  efficiency (bound/ayo) {_fmt(s['efficiency_median'], '')}")
+    else:
+        print("  no Ayo trace (optimized object has no last_trace): overhead and bound not reported")
+
+
+def print_load(name: str, out: dict[str, Any]) -> None:
+    print(f"\n== {name}: open-loop Poisson load, {out['rate_qps']} queries/s, {out['n']} queries ==")
+    for side in ("stock", "ayo"):
+        if side in out:
+            s = out[side]["summary"]
+            print(f"  {side:5}  throughput {_fmt(s['throughput_qps'], ' q/s')}  p50 {_fmt(s['p50_s'])}"
+                  f"  p95 {_fmt(s['p95_s'])}  errors {s['errors']}")
+    if "ayo" in out:
+        st, ay = out["stock"]["summary"], out["ayo"]["summary"]
+        if ay["p95_s"] and st["throughput_qps"]:
+            print(f"  p95 ratio (stock/ayo) {_fmt(st['p95_s'] / ay['p95_s'], 'x')}"
+                  f"  throughput ratio (ayo/stock) {_fmt(ay['throughput_qps'] / st['throughput_qps'], 'x')}")
+        print(f"  identical answers: {out['all_identical']}")
+
+
+def header(cfg: EnginesConfig, args: argparse.Namespace, search_latency: float, llm_given: bool) -> dict[str, Any]:
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine(),
+        "model": cfg.model, "llm_server": "AYO_LLM_URL (shared server)" if llm_given else "started by serve_llm",
+        "max_tokens": cfg.max_tokens, "search_latency_s": search_latency, "mode": args.mode,
+        "command": "ayo compare " + " ".join(args.argv),
+    }
+
+
+async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, Any]:
+    questions = load_questions(name, args.n)
+    pair = AppPair(name, cfg)
+    result: dict[str, Any] = {**meta, "app": name, "framework": pair.module.FRAMEWORK, "ayo_missing": pair.ayo_missing}
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.mode == "load":
+        result["load"] = await run_load(pair, questions, args.rate, args.warmup, args.seed)
+        print_load(name, result["load"])
+        stem = f"{name}-load"
+    else:
+        result.update(await run_latency(pair, questions, args.warmup))
+        print_latency(name, result["summary"], pair.ayo_missing)
+        result["timeline"] = await record_timelines(pair, questions[0], out_dir / f"{name}.trace.json")
+        stem = name
+    path = out_dir / f"{stem}.json"
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"  wrote {_shown(path)}")
+    if not args.no_plot:
+        from benchmarks.plot import plot_result
+
+        print(f"  wrote {_shown(plot_result(path))}")
+    return result
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="ayo compare", description="Stock vs Ayo on the same engines.")
+    parser.add_argument("app", choices=[*APPS, "all"], help="example app, or all")
+    parser.add_argument("--mode", choices=["latency", "load"], default="latency")
+    parser.add_argument("--rate", type=float, default=0.5, help="load mode: Poisson arrival rate, queries/s")
+    parser.add_argument("-n", type=int, default=None, help="questions per app (default: all 30)")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up questions per app (not timed)")
+    parser.add_argument("--seed", type=int, default=0, help="load mode: seed of the arrival process")
+    parser.add_argument("--max-tokens", type=int, default=64, help="LLM max_tokens of every app")
+    parser.add_argument("--search-latency", type=float, default=None,
+                        help="seconds per search request (default 0.3, or $AYO_SEARCH_LATENCY_S)")
+    parser.add_argument("--out", default=str(RESULTS_DIR), help="results folder")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+    args.argv = argv
+    if args.rate <= 0:
+        parser.error("--rate must be > 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``ayo compare`` (and ``python -m benchmarks.compare``)."""
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from ayo_core import serve_llm
+    from ayo_core.search_service import SearchService
+
+    llm_given = bool(os.environ.get("AYO_LLM_URL"))
+    apps = list(APPS) if args.app == "all" else [args.app]
+    with ExitStack() as stack:
+        llm_url = stack.enter_context(serve_llm(dtype="float32"))
+        search = stack.enter_context(SearchService(latency_s=args.search_latency, mode="process"))
+        cfg = EnginesConfig(llm_url=llm_url, max_tokens=args.max_tokens, search_url=search.url)
+        meta = header(cfg, args, search.latency_s, llm_given)
+        print(f"engines: LLM {llm_url} ({cfg.model}), search {search.url} (declared latency {search.latency_s:.3f} s)")
+        with asyncio.Runner() as runner:
+            # Sync apps (the LlamaIndex document-QA functions) run in threads: enough for open-loop load.
+            runner.get_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
+            for name in apps:
+                runner.run(compare_app(name, cfg, args, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
