@@ -39,6 +39,11 @@ DOC_QA_TEMPLATES = (
     "When should I use {name}?",
     "Explain {name} briefly.",
 )
+CLASS_TEMPLATES = (
+    "What is {name} for?",
+    "How do I use {name}?",
+    "Explain {name} briefly.",
+)
 SEARCH_TEMPLATES = (
     "Which Python standard library function or class does this: {summary}",
     "In the Python standard library, what can I use to do the following? {summary}",
@@ -88,7 +93,8 @@ def make_app_questions(app: str, docs: list[dict[str, str]]) -> list[dict[str, o
         elif app == "agent":
             text = AGENT_TEMPLATE.format(name=name, a=12 + k, b=3 + k % 7)
         else:
-            text = DOC_QA_TEMPLATES[k % len(DOC_QA_TEMPLATES)].format(name=name)
+            templates = CLASS_TEMPLATES if doc["text"].startswith("class ") else DOC_QA_TEMPLATES
+            text = templates[k % len(templates)].format(name=name)
         item: dict[str, object] = {"id": f"{app}-{k + 1:02d}", "question": text, "target": name}
         if ndocs:
             item["docs"] = companions(docs, doc, ndocs)

@@ -1,0 +1,10 @@
+"""The examples and benchmarks are folders of the checkout, not installed packages."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))

@@ -1,0 +1,51 @@
+"""Each example app builds, answers on the real LLM, and its optimized form answers the same.
+
+Needs the vLLM server (``llm_url`` fixture). The optimized half skips, naming the
+module, only while an adapter package (ayo_llamaindex / ayo_langchain) cannot be imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ayo_core.search_service import SearchService
+from examples.common import APPS, EnginesConfig, load_questions
+
+pytestmark = pytest.mark.llm
+
+
+@pytest.fixture(scope="module")
+def cfg(llm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnginesConfig]:
+    chroma_dir: Path = tmp_path_factory.mktemp("chroma")
+    with SearchService(latency_s=0.05) as search:
+        yield EnginesConfig(llm_url=llm_url, max_tokens=32, chroma_dir=str(chroma_dir), search_url=search.url)
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_stock_app_answers_one_question(app: str, cfg: EnginesConfig) -> None:
+    module = importlib.import_module(f"examples.{app}")
+    item = load_questions(app, 1)[0]
+    answer = module.run(module.build_stock(cfg), item)
+    assert isinstance(answer, str) and answer.strip()
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_optimized_app_gives_the_stock_answer(app: str, cfg: EnginesConfig) -> None:
+    module = importlib.import_module(f"examples.{app}")
+    stock = module.build_stock(cfg)
+    try:
+        optimized = module.build_optimized(cfg)
+    except ImportError as exc:
+        pytest.skip(f"adapter for {module.FRAMEWORK} not importable yet: {exc}")
+    item = load_questions(app, 2)[1]
+
+    async def both() -> tuple[str, str]:
+        return await module.arun(stock, item), await module.arun(optimized, item)
+
+    stock_answer, ayo_answer = asyncio.run(both())
+    assert ayo_answer == stock_answer

@@ -1,0 +1,123 @@
+"""The comparison harness on fake apps (offline): pairing, statistics, load, plots, README table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from benchmarks import compare, readme_table
+from benchmarks.plot import plot_result
+from benchmarks.timeline import Recorder, spans_from_trace
+
+
+class FakeTrace:
+    def __init__(self, latency: float) -> None:
+        self.latency, self.start = latency, 100.0
+        self.overhead = {"build": 0.001, "passes": 0.001}
+        self.nodes = [SimpleNamespace(op="embed", node="embed", start=100.0, end=100.0 + latency / 2),
+                      SimpleNamespace(op=SimpleNamespace(value="DECODE"), node="decode", start=100.0 + latency / 2,
+                                      end=100.0 + latency)]
+
+    def critical_path_bound(self) -> float:
+        return self.latency * 0.9
+
+
+class FakeApp:
+    def __init__(self, delay: float, traced: bool) -> None:
+        self.delay, self.traced, self.last_trace = delay, traced, None
+
+    async def answer(self, item: dict[str, Any]) -> str:
+        await asyncio.sleep(self.delay)
+        if self.traced:
+            self.last_trace = FakeTrace(self.delay)
+        return f"answer to {item['id']}"
+
+
+def fake_pair(with_ayo: bool = True) -> compare.AppPair:
+    pair = compare.AppPair.__new__(compare.AppPair)
+    pair.name = "fake"
+    pair.module = SimpleNamespace(FRAMEWORK="langchain", arun=lambda app, item: app.answer(item))
+    pair.stock = FakeApp(0.02, traced=False)
+    pair.ayo = FakeApp(0.01, traced=True) if with_ayo else None
+    pair.ayo_missing = "" if with_ayo else "No module named 'ayo_fake'"
+    return pair
+
+
+QUESTIONS = [{"id": f"q{i}", "question": f"question {i}"} for i in range(6)]
+
+
+def test_statistics_helpers() -> None:
+    assert compare.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert compare.percentile([5.0], 95) == 5.0
+    assert compare.percentile([], 50) != compare.percentile([], 50)  # NaN
+    assert compare.first_difference("abcd", "abXd") == 2
+    assert compare.first_difference("abc", "abcdef") == 3
+
+
+def test_latency_run_alternates_and_summarizes() -> None:
+    out = asyncio.run(compare.run_latency(fake_pair(), QUESTIONS, warmup=1))
+    rows, s = out["pairs"], out["summary"]
+    assert [r["first"] for r in rows] == ["stock", "ayo"] * 3  # order flips every pair
+    assert s["n"] == 6 and s["all_identical"] and s["identical_answers"] == 6
+    assert 1.3 < s["median_ratio"] < 3.0
+    assert s["ayo_median_s"] < s["stock_median_s"]
+    assert s["efficiency_median"] == pytest.approx(0.9, rel=0.3)
+    assert 0 < s["ayo_overhead_median_s"] < 0.01
+
+
+def test_latency_run_without_adapter_measures_stock_only() -> None:
+    out = asyncio.run(compare.run_latency(fake_pair(with_ayo=False), QUESTIONS[:2], warmup=0))
+    assert "ayo_median_s" not in out["summary"] and out["summary"]["n"] == 2
+
+
+def test_open_loop_load_reports_both_sides() -> None:
+    out = asyncio.run(compare.run_load(fake_pair(), QUESTIONS, rate=50.0, warmup=0, seed=1))
+    for side in ("stock", "ayo"):
+        s = out[side]["summary"]
+        assert s["completed"] == 6 and s["errors"] == 0 and s["throughput_qps"] > 0
+        assert s["p95_s"] >= s["p50_s"] > 0
+    assert out["all_identical"]
+
+
+def test_recorder_drops_spans_that_wrap_llm_calls() -> None:
+    rec = Recorder()
+    rec.spans = [{"stage": "search", "label": "multiquery", "start": 0.0, "end": 2.0},
+                 {"stage": "llm", "label": "chat", "start": 0.1, "end": 1.5},
+                 {"stage": "search", "label": "web", "start": 1.5, "end": 1.9}]
+    assert [s["label"] for s in rec.stage_spans()] == ["chat", "web"]
+    spans = spans_from_trace(FakeTrace(1.0))
+    assert [s["stage"] for s in spans] == ["embed", "llm"] and spans[0]["start"] == 0.0
+
+
+def test_results_plot_and_readme_table(tmp_path: Path) -> None:
+    pair = fake_pair()
+    latency = asyncio.run(compare.run_latency(pair, QUESTIONS[:2], warmup=0))
+    meta = {"date": "2026-01-01T00:00:00Z", "machine": {"cpu": "test cpu", "cores": 2}, "model": "m",
+            "max_tokens": 64, "search_latency_s": 0.3}
+    timeline = {"question": "q0", "stock_s": 0.02, "ayo_s": 0.01,
+                "stock": [{"stage": "llm", "label": "chat", "start": 0.0, "end": 0.02}],
+                "ayo": spans_from_trace(FakeTrace(0.01))}
+    path = tmp_path / "fake.json"
+    path.write_text(json.dumps({**meta, "app": "fake", **latency, "timeline": timeline}))
+    load = asyncio.run(compare.run_load(pair, QUESTIONS[:2], rate=50.0, warmup=0, seed=0))
+    (tmp_path / "fake-load.json").write_text(json.dumps({**meta, "app": "fake", "load": load}))
+    assert plot_result(path).stat().st_size > 1000
+    assert plot_result(tmp_path / "fake-load.json").stat().st_size > 1000
+    table = readme_table.render(tmp_path)
+    assert "| fake | 2 |" in table and "test cpu" in table and "throughput stock / Ayo" in table
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{readme_table.START}\nold\n{readme_table.END}\noutro\n")
+    readme_table.update(readme, table)
+    assert "old" not in readme.read_text() and "| fake | 2 |" in readme.read_text()
+
+
+def test_cli_arguments() -> None:
+    args = compare.parse_args(["advanced_rag", "--mode", "load", "--rate", "0.25", "-n", "4"])
+    assert (args.app, args.mode, args.rate, args.n) == ("advanced_rag", "load", 0.25, 4)
+    with pytest.raises(SystemExit):
+        compare.parse_args(["no_such_app"])
