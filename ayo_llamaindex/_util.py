@@ -18,6 +18,6 @@ def raw_attr(cls: type, name: str) -> Any:
 
 
 def overridden(obj: Any, base: type, names: tuple[str, ...] | list[str]) -> list[str]:
-    """Which of ``names`` ``type(obj)`` defines differently from ``base``."""
-    cls = type(obj)
+    """Which of ``names`` ``obj`` (a class, or an instance's class) defines differently from ``base``."""
+    cls = obj if isinstance(obj, type) else type(obj)
     return [n for n in names if raw_attr(cls, n) is not raw_attr(base, n)]

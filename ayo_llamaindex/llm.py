@@ -124,19 +124,18 @@ class LLMBinding:
 
     # -- calling --
     async def predict(
-        self, send: Callable[..., Any] | None, prompt: BasePromptTemplate, *, priority: int = 0,
+        self, send: Callable[..., Any] | None, prompt: BasePromptTemplate, *,
         stream_cb: Callable[[str], None] | None = None, **prompt_args: Any,
     ) -> str:
         """``llm.predict(prompt, **prompt_args)``: through ``send`` when recognized, else opaque."""
         if not self.recognized or send is None:
             return await asyncio.to_thread(self.llm.predict, prompt, **prompt_args)
         request = self.predict_request(prompt, **prompt_args)
-        text = await send(request, priority=priority, stream_cb=stream_cb)
+        text = await send(request, stream_cb=stream_cb)
         return self.parse(text)
 
     async def complete(
-        self, send: Callable[..., Any] | None, prompt: str, *, priority: int = 0,
-        stream_cb: Callable[[str], None] | None = None,
+        self, send: Callable[..., Any] | None, prompt: str, *, stream_cb: Callable[[str], None] | None = None,
     ) -> str:
         """``llm.complete(prompt).text``: through ``send`` when recognized, else opaque."""
         if not self.recognized or send is None:
@@ -144,7 +143,7 @@ class LLMBinding:
             if stream_cb is not None and response.text:
                 stream_cb(response.text)
             return response.text
-        return await send(self.complete_request(prompt), priority=priority, stream_cb=stream_cb)
+        return await send(self.complete_request(prompt), stream_cb=stream_cb)
 
 
 def _json_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -172,8 +171,13 @@ def recognize_llm(llm: Any) -> tuple[bool, str]:
     over = overridden(llm, base, _REQUEST_METHODS)
     if over:
         return False, f"{type(llm).__name__} overrides {', '.join(over)}"
-    if any(getattr(llm, attr, None) is not None for attr in ("_client", "_aclient", "_http_client", "_async_http_client")):
-        return False, "it was given its own HTTP/OpenAI client"
+    if any(getattr(llm, attr, None) is not None for attr in ("_http_client", "_async_http_client")):
+        return False, "it was given its own httpx client"
+    for attr in ("_client", "_aclient"):
+        # the class caches the clients it builds itself; a client the user passed in may point elsewhere
+        client = getattr(llm, attr, None)
+        if client is not None and str(client.base_url).rstrip("/") != str(llm.api_base).rstrip("/"):
+            return False, "it was given its own OpenAI client"
     if llm.modalities and "audio" in llm.modalities:
         return False, "audio modalities"
     if any(k in (llm.additional_kwargs or {}) for k in _CLIENT_ONLY_KWARGS):

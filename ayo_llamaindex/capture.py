@@ -1,0 +1,191 @@
+"""Capture: walk a LlamaIndex query engine's object graph into a module graph (plans).
+
+Static introspection of the user's objects: query engine -> retriever(s) ->
+postprocessors -> synthesizer, each with its LLM / embedding model and vector store.
+Every module is either *lowered* (Ayo knows how to split it into primitives and
+reproduces stock behaviour exactly) or *opaque* (Ayo calls the user's object as
+stock does; the reason is kept for ``explain()``). Capture never refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core.query_engine import RetrieverQueryEngine
+
+from ayo_llamaindex._util import overridden
+from ayo_llamaindex.embedding import EmbedBinding
+from ayo_llamaindex.llm import LLMBinding
+from ayo_llamaindex.postprocess import postprocessor_kind
+from ayo_llamaindex.retrieval import retriever_kind
+from ayo_llamaindex.synthesis import synthesis_mode
+
+_ENGINE_MIRRORED = ("query", "aquery", "_query", "_aquery", "retrieve", "aretrieve", "synthesize", "asynthesize",
+                    "_apply_node_postprocessors", "_async_apply_node_postprocessors")
+
+
+@dataclass
+class RetrieverPlan:
+    obj: Any
+    kind: str  # vector | fusion | opaque
+    reason: str = ""
+    embed: EmbedBinding | None = None
+    llm: LLMBinding | None = None
+    subs: list[RetrieverPlan] = field(default_factory=list)
+
+    @property
+    def template(self) -> str:
+        return {"vector": "Retrieval", "fusion": "QueryExpansion+Retrieval"}.get(self.kind, "Opaque")
+
+
+@dataclass
+class PostprocessorPlan:
+    obj: Any
+    kind: str  # llm_rerank | local | opaque
+    reason: str = ""
+    llm: LLMBinding | None = None
+
+    @property
+    def template(self) -> str:
+        return {"llm_rerank": "Rerank", "local": "Transform"}.get(self.kind, "Opaque")
+
+
+@dataclass
+class SynthesizerPlan:
+    obj: Any
+    mode: str | None  # compact | refine | tree_summarize | simple_summarize | None (opaque)
+    reason: str = ""
+    llm: LLMBinding | None = None
+
+    @property
+    def template(self) -> str:
+        return f"Synthesis(mode={self.mode})" if self.mode else "Opaque"
+
+
+@dataclass
+class QueryEnginePlan:
+    obj: Any
+    kind: str  # retriever_query_engine | opaque
+    reason: str = ""
+    retriever: RetrieverPlan | None = None
+    postprocessors: list[PostprocessorPlan] = field(default_factory=list)
+    synthesizer: SynthesizerPlan | None = None
+
+    def llm_bindings(self) -> list[LLMBinding]:
+        out = []
+        for plan in self._all():
+            llm = getattr(plan, "llm", None)
+            if llm is not None:
+                out.append(llm)
+        return out
+
+    def embed_bindings(self) -> list[EmbedBinding]:
+        return [p.embed for p in self._all() if isinstance(p, RetrieverPlan) and p.embed is not None]
+
+    def _all(self) -> list[Any]:
+        plans: list[Any] = []
+
+        def walk(r: RetrieverPlan | None) -> None:
+            if r is not None:
+                plans.append(r)
+                for s in r.subs:
+                    walk(s)
+
+        walk(self.retriever)
+        plans.extend(self.postprocessors)
+        if self.synthesizer is not None:
+            plans.append(self.synthesizer)
+        return plans
+
+    def opaque_modules(self) -> list[tuple[str, str]]:
+        """``(module, reason)`` for every module (or engine) Ayo calls as the user's object."""
+        out = []
+        if self.kind == "opaque":
+            return [("query_engine", self.reason)]
+        for plan in self._all():
+            if getattr(plan, "kind", None) == "opaque" or (isinstance(plan, SynthesizerPlan) and plan.mode is None):
+                out.append((type(plan.obj).__name__, plan.reason))
+            llm = getattr(plan, "llm", None)
+            if llm is not None and not llm.recognized:
+                out.append((llm.label, f"LLM called as the user's object: {llm.reason}"))
+            embed = getattr(plan, "embed", None)
+            if embed is not None and not embed.recognized:
+                out.append((embed.label, f"embedding called as the user's object: {embed.reason}"))
+        return out
+
+
+def capture_retriever(retriever: Any) -> RetrieverPlan:
+    kind, reason = retriever_kind(retriever)
+    if kind == "vector":
+        return RetrieverPlan(retriever, kind, embed=EmbedBinding(retriever._embed_model))
+    if kind == "fusion":
+        subs = [capture_retriever(r) for r in retriever._retrievers]
+        return RetrieverPlan(retriever, kind, llm=LLMBinding(retriever._llm), subs=subs)
+    return RetrieverPlan(retriever, "opaque", reason)
+
+
+def capture_postprocessor(pp: Any) -> PostprocessorPlan:
+    kind, reason = postprocessor_kind(pp)
+    if kind == "llm_rerank":
+        return PostprocessorPlan(pp, kind, llm=LLMBinding(pp.llm))
+    return PostprocessorPlan(pp, kind, reason)
+
+
+def capture_synthesizer(synth: Any) -> SynthesizerPlan:
+    mode, reason = synthesis_mode(synth)
+    if mode is None:
+        return SynthesizerPlan(synth, None, reason)
+    return SynthesizerPlan(synth, mode, llm=LLMBinding(synth._llm))
+
+
+def capture_query_engine(query_engine: Any) -> QueryEnginePlan:
+    """The plan for ``query_engine``; unknown engines become one opaque module."""
+    if not isinstance(query_engine, RetrieverQueryEngine):
+        return QueryEnginePlan(query_engine, "opaque",
+                               f"{type(query_engine).__name__} is a query engine Ayo does not lower")
+    over = overridden(query_engine, RetrieverQueryEngine, _ENGINE_MIRRORED)
+    if over:
+        return QueryEnginePlan(query_engine, "opaque", f"{type(query_engine).__name__} overrides {', '.join(over)}")
+    return QueryEnginePlan(
+        query_engine, "retriever_query_engine",
+        retriever=capture_retriever(query_engine._retriever),
+        postprocessors=[capture_postprocessor(pp) for pp in query_engine._node_postprocessors],
+        synthesizer=capture_synthesizer(query_engine._response_synthesizer),
+    )
+
+
+def describe(plan: QueryEnginePlan) -> list[str]:
+    """The module graph, one module a line (indented children)."""
+    if plan.kind == "opaque":
+        return [f"query_engine: Opaque({type(plan.obj).__name__}) -- {plan.reason}"]
+    lines = [f"query_engine: {type(plan.obj).__name__}"]
+
+    def retr(r: RetrieverPlan, depth: int) -> None:
+        extra = ""
+        if r.kind == "vector":
+            store = type(r.obj._vector_store).__name__
+            extra = f" top_k={r.obj.similarity_top_k} store={store} embed={_b(r.embed)}"
+        elif r.kind == "fusion":
+            extra = f" num_queries={r.obj.num_queries} mode={r.obj.mode.value} llm={_b(r.llm)}"
+        else:
+            extra = f" -- {r.reason}"
+        lines.append(f"{'  ' * depth}retriever: {r.template}[{type(r.obj).__name__}]{extra}")
+        for s in r.subs:
+            retr(s, depth + 1)
+
+    retr(plan.retriever, 1)
+    for i, pp in enumerate(plan.postprocessors):
+        extra = f" llm={_b(pp.llm)} batch={pp.obj.choice_batch_size} top_n={pp.obj.top_n}" if pp.llm else ""
+        note = f" -- {pp.reason}" if pp.reason else ""
+        lines.append(f"  postprocessor[{i}]: {pp.template}[{type(pp.obj).__name__}]{extra}{note}")
+    s = plan.synthesizer
+    extra = f" llm={_b(s.llm)}" if s.llm else f" -- {s.reason}"
+    lines.append(f"  synthesizer: {s.template}[{type(s.obj).__name__}]{extra}")
+    return lines
+
+
+def _b(binding: Any) -> str:
+    if binding is None:
+        return "-"
+    return f"{binding.label}{'' if binding.recognized else ' (opaque)'}"

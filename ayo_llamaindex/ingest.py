@@ -1,0 +1,234 @@
+"""Deferred indexing for document QA: ``VectorStoreIndex.from_documents`` split now, embedded later.
+
+Inside an optimized doc-QA call, ``from_documents`` runs LlamaIndex's own steps
+(document hashes, ``run_transformations``, the index constructor, and every
+docstore / index-struct write of ``_add_nodes_to_index``) at once, so the index the
+user holds is complete in structure (``as_retriever`` sees every node id). Only the
+expensive part — embedding the chunks and adding the vectors to the vector store —
+becomes a :class:`PendingIngest`, which the query graph runs as EMBED + INGEST nodes
+concurrently with query-side LLM work (query expansion, prefill). Retrieval waits
+for it (an ``after`` edge on a side-effecting node, which dependency pruning keeps).
+
+Nothing the user indexed is lost: the vectors go to the index's own vector store
+object with the same ids stock would write. Any other access to that store (query,
+add, delete, persist, get) waits for the pending vectors first (a barrier), and the
+optimized call does not return before every ingest it started has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import threading
+from typing import Any
+
+from llama_index.core.indices.vector_store.base import VectorStoreIndex
+from llama_index.core.schema import ImageNode, IndexNode, MetadataMode
+from llama_index.core.utils import iter_batch
+from llama_index.core.vector_stores.simple import SimpleVectorStore
+
+from ayo_llamaindex._util import overridden
+from ayo_llamaindex.embedding import EmbedBinding
+from ayo_llamaindex.runtime import LOOP
+
+log = logging.getLogger(__name__)
+
+_IN_INGEST: contextvars.ContextVar[bool] = contextvars.ContextVar("ayo_in_ingest", default=False)
+# id(store) -> pending ingests (stores are unhashable pydantic models; a registered
+# PendingIngest holds its store, so the id cannot be reused while it is listed)
+_pending_by_store: dict[int, list[PendingIngest]] = {}
+_pending_lock = threading.Lock()
+_INDEX_MIRRORED = ("from_documents", "__init__", "build_index_from_nodes", "_build_index_from_nodes",
+                   "_add_nodes_to_index", "_async_add_nodes_to_index", "_get_node_with_embedding", "as_retriever")
+_BARRIER_METHODS = ("add", "delete", "delete_nodes", "clear", "query", "get", "get_nodes", "persist")
+
+
+def known_store_types() -> tuple[type, ...]:
+    types: list[type] = [SimpleVectorStore]
+    try:
+        from llama_index.vector_stores.chroma import ChromaVectorStore
+
+        types.append(ChromaVectorStore)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+def why_not_deferred(cls: type, storage_context: Any, kwargs: dict[str, Any]) -> str | None:
+    """None when ``cls.from_documents(...)`` can be deferred, else the reason (for explain())."""
+    if not (isinstance(cls, type) and issubclass(cls, VectorStoreIndex)):
+        return f"{getattr(cls, '__name__', cls)} is not a VectorStoreIndex"
+    over = overridden(cls, VectorStoreIndex, _INDEX_MIRRORED)
+    if over:
+        return f"{cls.__name__} overrides {', '.join(over)}"
+    store = storage_context.vector_store if storage_context is not None else None
+    if store is not None and type(store) not in known_store_types():
+        return f"vector store {type(store).__name__} is not one Ayo defers writes to"
+    allowed = set(inspect.signature(VectorStoreIndex.__init__).parameters) - {"self", "kwargs", "nodes"}
+    unknown = sorted(set(kwargs) - allowed)
+    if unknown:
+        return f"from_documents got keyword arguments Ayo does not mirror: {unknown}"
+    if kwargs.get("objects"):
+        return "from_documents got objects="
+    return None
+
+
+class PendingIngest:
+    """The embed + vector-store-add half of one ``from_documents`` call."""
+
+    def __init__(self, index: VectorStoreIndex, nodes: list[Any], embed: EmbedBinding) -> None:
+        self.index, self.nodes, self.embed = index, nodes, embed
+        self.store = index.vector_store
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self._vectors: asyncio.Future | None = None
+        self._added: asyncio.Future | None = None
+
+    def __repr__(self) -> str:
+        return f"PendingIngest({len(self.nodes)} nodes -> {type(self.store).__name__})"
+
+    # -- the two stages, each run once (graph node, barrier, or call exit: whoever comes first) --
+    async def vectors(self, send: Any) -> list[list[float]]:
+        if self._vectors is None:
+            texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in self.nodes if n.embedding is None]
+            self._vectors = asyncio.ensure_future(self.embed.text_embeddings(send, texts))
+        return await asyncio.shield(self._vectors)
+
+    async def add(self, vectors: list[list[float]]) -> int:
+        if self._added is None:
+            self._added = asyncio.ensure_future(asyncio.to_thread(self._add_sync, vectors))
+        try:
+            return await asyncio.shield(self._added)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            if self._added.done():
+                self.done.set()
+
+    async def run(self, send: Any) -> int:
+        return await self.add(await self.vectors(send))
+
+    def _add_sync(self, vectors: list[list[float]]) -> int:
+        """``_add_nodes_to_index``'s vector-store writes, with the embeddings computed by Ayo."""
+        token = _IN_INGEST.set(True)
+        try:
+            it = iter(vectors)
+            with_vectors = []
+            for node in self.nodes:
+                copy = node.model_copy()
+                if copy.embedding is None:
+                    copy.embedding = next(it)
+                with_vectors.append(copy)
+            for batch in iter_batch(with_vectors, self.index._insert_batch_size):
+                ids = self.store.add(batch)
+                expected = [n.node_id for n in batch]
+                if list(ids) != expected:
+                    raise RuntimeError(f"{type(self.store).__name__}.add returned ids {ids[:3]}... instead of the "
+                                       "node ids Ayo registered in the index struct; run this app unoptimized")
+            return len(with_vectors)
+        finally:
+            _IN_INGEST.reset(token)
+            unregister(self)
+
+    def wait_sync(self) -> None:
+        """Block until the vectors are in the store (starting the work if nobody has)."""
+        if self.done.is_set():
+            if self.error is not None:
+                raise self.error
+            return
+        from ayo_llamaindex.runtime import direct_embed_send
+
+        LOOP.run(self.run(direct_embed_send(self.embed)))
+
+
+def register(p: PendingIngest) -> None:
+    with _pending_lock:
+        _pending_by_store.setdefault(id(p.store), []).append(p)
+
+
+def unregister(p: PendingIngest) -> None:
+    with _pending_lock:
+        lst = _pending_by_store.get(id(p.store))
+        if lst and p in lst:
+            lst.remove(p)
+        if not lst:
+            _pending_by_store.pop(id(p.store), None)
+
+
+def barrier(store: Any) -> None:
+    """Wait for every pending ingest into ``store`` (not from inside an ingest itself)."""
+    if _IN_INGEST.get():
+        return
+    with _pending_lock:
+        pending = list(_pending_by_store.get(id(store), ()))
+    for p in pending:
+        p.wait_sync()
+
+
+def deferred_from_documents(cls: type, documents: Any, storage_context: Any = None, show_progress: bool = False,
+                            callback_manager: Any = None, transformations: Any = None,
+                            **kwargs: Any) -> tuple[Any, PendingIngest]:
+    """``BaseIndex.from_documents`` step by step, with the vectors left to a PendingIngest."""
+    from llama_index.core.ingestion import run_transformations
+    from llama_index.core.settings import Settings
+    from llama_index.core.storage.storage_context import StorageContext
+
+    storage_context = storage_context or StorageContext.from_defaults()
+    docstore = storage_context.docstore
+    callback_manager = callback_manager or Settings.callback_manager
+    transformations = transformations or Settings.transformations
+    with callback_manager.as_trace("index_construction"):
+        for doc in documents:
+            docstore.set_document_hash(doc.id_, doc.hash)
+        nodes = run_transformations(documents, transformations, show_progress=show_progress, **kwargs)
+        index = cls(nodes=[], storage_context=storage_context, callback_manager=callback_manager,
+                    show_progress=show_progress, transformations=transformations, **kwargs)
+        content = [n for n in nodes if n.get_content(metadata_mode=MetadataMode.EMBED) != ""]
+        if len(content) != len(nodes):
+            print("Some nodes are missing content, skipping them...")
+        _register_structure(index, content)
+    pending = PendingIngest(index, content, EmbedBinding(index._embed_model))
+    register(pending)
+    return index, pending
+
+
+def _register_structure(index: VectorStoreIndex, nodes: list[Any]) -> None:
+    """The docstore / index-struct writes of ``_add_nodes_to_index`` (ids = node ids, as the stores return)."""
+    store = index.vector_store
+    for batch in iter_batch(nodes, index._insert_batch_size):
+        for node in batch:
+            if store.stores_text and not index._store_nodes_override and not isinstance(node, (ImageNode, IndexNode)):
+                continue
+            node_without_embedding = node.model_copy()
+            node_without_embedding.embedding = None
+            index.index_struct.add_node(node_without_embedding, text_id=node.node_id)
+            index.docstore.add_documents([node_without_embedding], allow_update=True)
+    index.storage_context.index_store.add_index_struct(index.index_struct)
+
+
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+
+
+def install_barriers() -> None:
+    """Wrap the known stores' methods so outside access waits for pending vectors (once per process)."""
+    global _hooks_installed
+    import wrapt
+
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        for store_type in known_store_types():
+            for name in _BARRIER_METHODS:
+                if name in vars(store_type):
+                    wrapt.wrap_function_wrapper(store_type, name, _barrier_wrapper)
+        _hooks_installed = True
+
+
+def _barrier_wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    if instance is not None and id(instance) in _pending_by_store:
+        barrier(instance)
+    return wrapped(*args, **kwargs)

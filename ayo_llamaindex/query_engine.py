@@ -1,0 +1,92 @@
+"""The drop-in query engine: ``optimize(query_engine)`` returns an ``OptimizedQueryEngine``."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Any
+
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.response.schema import RESPONSE_TYPE
+from llama_index.core.prompts.mixin import PromptMixinType
+from llama_index.core.schema import QueryBundle
+
+from ayo_llamaindex import explain as explain_mod
+from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
+from ayo_llamaindex.runtime import LOOP, assign_engines, runtime_for
+
+log = logging.getLogger(__name__)
+_ids = itertools.count()
+
+
+def unwrap_failure(exc: BaseException) -> BaseException:
+    """Re-raise a node's own exception (same type as stock raises), noting where it happened."""
+    from ayo_core.runtime import NodeFailed
+
+    if isinstance(exc, NodeFailed) and exc.cause is not None:
+        cause = exc.cause
+        cause.add_note(f"(raised in Ayo node {exc.node!r}, module {exc.module!r}, query {exc.query_id!r})")
+        return cause
+    return exc
+
+
+class OptimizedQueryEngine(BaseQueryEngine):
+    """A ``BaseQueryEngine`` running the user's query engine as an optimized Ayo graph.
+
+    ``query`` / ``aquery`` return the same ``Response`` as the stock engine (text and
+    source nodes); ``explain()`` shows the module graph, the primitive graph and what
+    stayed opaque; ``last_trace`` is the ``ayo_core.trace.Trace`` of the last query.
+    """
+
+    def __init__(self, query_engine: BaseQueryEngine, policy: str = "critical_path") -> None:
+        t0 = time.perf_counter()
+        self._stock = query_engine
+        self._policy = policy
+        self._plan: QueryEnginePlan = capture_query_engine(query_engine)
+        self._assign = assign_engines(self._plan.llm_bindings(), self._plan.embed_bindings())
+        from ayo_llamaindex.lowering import build_query_graph
+
+        self._graph = build_query_graph(self._plan, self._assign)
+        self._graph.lint()
+        self._graph = explain_mod.apply_passes(self._graph)
+        self._capture_s = time.perf_counter() - t0
+        self.last_trace: Any = None
+        super().__init__(callback_manager=query_engine.callback_manager)
+
+    @property
+    def stock(self) -> BaseQueryEngine:
+        """The user's original query engine."""
+        return self._stock
+
+    @property
+    def graph(self) -> Any:
+        """The per-query primitive graph (a template: each query runs a copy)."""
+        return self._graph
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return self._stock._get_prompt_modules()
+
+    async def _run(self, query_bundle: QueryBundle) -> Any:
+        rt = runtime_for(self._assign, self._policy)
+        graph = self._graph.for_query(f"li{next(_ids)}")
+        graph.meta["overhead"] = {"capture": self._capture_s} if self.last_trace is None else {}
+        try:
+            value, trace = await rt.run(graph, {"query": query_bundle})
+        except Exception as exc:
+            raise unwrap_failure(exc) from None
+        self.last_trace = trace
+        return value
+
+    def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        return LOOP.run(self._run(query_bundle))
+
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        return await LOOP.arun(self._run(query_bundle))
+
+    def explain(self) -> str:
+        """Module graph, primitive graph, passes that fired, what stayed opaque (and why)."""
+        return explain_mod.explain_query_engine(self._plan, self._graph, self.last_trace)
+
+    def __repr__(self) -> str:
+        return f"OptimizedQueryEngine({type(self._stock).__name__})"

@@ -1,0 +1,203 @@
+"""Where optimized LlamaIndex pipelines run: shared engines, one Ayo Runtime, one event loop.
+
+All optimized query engines and functions of a process share one background event
+loop thread and, per set of engines, one ``ayo_core.runtime.Runtime``: concurrent
+queries from any thread meet in the same engine schedulers (that is where
+cross-query batching and critical-path priorities happen). Synchronous callers
+block on a future; async callers await it without blocking their own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from ayo_llamaindex.embedding import EmbedBinding
+from ayo_llamaindex.llm import LLMBinding, LLMRequest
+
+log = logging.getLogger(__name__)
+
+# Threads the embedding engine's worker uses. 1 leaves the second core to vLLM so
+# indexing overlaps decoding (the doc-QA speed-up); see the module docs of the engine.
+EMBED_THREADS = int(os.environ.get("AYO_EMBED_THREADS", "1"))
+
+
+class _LoopThread:
+    """One daemon thread running the adapter's event loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or not self._thread or not self._thread.is_alive():
+                ready = threading.Event()
+                loop = asyncio.new_event_loop()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    ready.set()
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=run, name="ayo-llamaindex-loop", daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
+        loop = self.loop()
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("an Ayo-optimized LlamaIndex call was made from inside Ayo's own event loop "
+                               "(a node calling back into an optimized engine); call the stock object there")
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coro`` on the adapter loop and block this thread until it finishes."""
+        fut = self.submit(coro)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()
+            raise
+
+    async def arun(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Await ``coro`` running on the adapter loop from any other event loop."""
+        fut = self.submit(coro)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+
+
+LOOP = _LoopThread()
+
+
+@dataclass
+class EngineAssignment:
+    """Which engine kind (scheduler) serves each recognized binding of a pipeline."""
+
+    llm_kinds: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    embed_kinds: dict[tuple, str] = field(default_factory=dict)
+    engines: dict[str, Any] = field(default_factory=dict)
+
+    def llm_kind(self, binding: LLMBinding | None) -> str | None:
+        if binding is None or not binding.recognized:
+            return None
+        return self.llm_kinds.get(binding.endpoint)
+
+    def embed_kind(self, binding: EmbedBinding | None) -> str | None:
+        if binding is None or not binding.recognized:
+            return None
+        return self.embed_kinds.get(_embed_key(binding))
+
+    @property
+    def key(self) -> tuple:
+        return tuple(sorted((k, id(e)) for k, e in self.engines.items()))
+
+
+def _embed_key(binding: EmbedBinding) -> tuple:
+    return tuple(sorted(binding.engine_options().items()))
+
+
+def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding]) -> EngineAssignment:
+    """Shared engines (``ayo_core.engines`` registry) for every recognized binding."""
+    from ayo_core.engines import get_embedding_engine, get_llm_engine
+
+    out = EngineAssignment()
+    for b in llms:
+        if b.recognized and b.endpoint not in out.llm_kinds:
+            kind = "llm" if not out.llm_kinds else f"llm{len(out.llm_kinds)}"
+            base_url, model, _ = b.endpoint
+            out.llm_kinds[b.endpoint] = kind
+            out.engines[kind] = get_llm_engine(base_url, model=model, timeout=float(b.llm.timeout or 300.0))
+    for e in embeds:
+        key = _embed_key(e) if e.recognized else None
+        if key is not None and key not in out.embed_kinds:
+            kind = "embed" if not out.embed_kinds else f"embed{len(out.embed_kinds)}"
+            out.embed_kinds[key] = kind
+            out.engines[kind] = get_embedding_engine(torch_threads=EMBED_THREADS, **e.engine_options())
+    return out
+
+
+_runtimes: dict[tuple, Any] = {}
+_runtimes_lock = threading.Lock()
+
+
+def runtime_for(assignment: EngineAssignment, policy: str = "critical_path") -> Any:
+    """The shared ``Runtime`` over exactly these engines (one per engine set and policy)."""
+    from ayo_core.runtime import Engines, Runtime, SchedulerConfig
+
+    key = (assignment.key, policy)
+    with _runtimes_lock:
+        rt = _runtimes.get(key)
+        if rt is None:
+            configs = {k: SchedulerConfig(max_inflight=64) for k in assignment.engines if k.startswith("llm")}
+            rt = Runtime(Engines(**assignment.engines), policy=policy, configs=configs)
+            _runtimes[key] = rt
+        return rt
+
+
+# -- what node fns use to reach engines ---------------------------------------------------
+
+LLMSend = Callable[..., Awaitable[str]]
+
+
+def llm_send(ctx: Any, kind: str | None) -> LLMSend | None:
+    """``send(request, stream_cb=None) -> text`` through the ``kind`` engine's scheduler."""
+    if kind is None:
+        return None
+    proxy = ctx.engine(kind)
+
+    async def send(request: LLMRequest, priority: int | None = None, stream_cb: Any = None) -> str:
+        body = dict(request.body)
+        kw: dict[str, Any] = {"max_tokens": body.pop("max_tokens", None),
+                              "temperature": body.pop("temperature", None), "stop": body.pop("stop", None)}
+        if stream_cb is not None:
+            kw["stream_cb"] = stream_cb
+        if priority is not None:
+            kw["priority"] = priority
+        if request.kind == "chat":
+            result = await proxy.chat(body.pop("messages"), **kw, **body)
+        else:
+            result = await proxy.complete(body.pop("prompt"), **kw, **body)
+        return result.text
+
+    return send
+
+
+def embed_send(ctx: Any, kind: str | None) -> Callable[..., Awaitable[list[list[float]]]] | None:
+    """``send(texts, kind="text"|"query") -> vectors`` through the ``kind`` embedding scheduler."""
+    if kind is None:
+        return None
+    proxy = ctx.engine(kind)
+
+    async def send(texts: list[str], kind: str = "text", batch_size: int | None = None) -> list[list[float]]:
+        # batch_size is left to the engine: requests share forward passes across callers
+        return await proxy.aembed(list(texts), kind=kind)
+
+    return send
+
+
+def direct_embed_send(binding: EmbedBinding) -> Callable[..., Awaitable[list[list[float]]]] | None:
+    """An embed ``send`` straight to the shared engine (no scheduler): for work outside any graph."""
+    if not binding.recognized:
+        return None
+    from ayo_core.engines import get_embedding_engine
+
+    engine = get_embedding_engine(torch_threads=EMBED_THREADS, **binding.engine_options())
+
+    async def send(texts: list[str], kind: str = "text", batch_size: int | None = None) -> list[list[float]]:
+        return await engine.aembed(list(texts), kind=kind)
+
+    return send
