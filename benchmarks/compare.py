@@ -135,25 +135,38 @@ class AppPair:
         return elapsed, answer, trace
 
 
+async def warm_up(pair: AppPair, sides: list[str], items: list[dict[str, Any]]) -> None:
+    """Untimed runs: load weights, fill caches, open connections (a failure here is logged, not fatal)."""
+    for item in items:
+        for side in sides:
+            try:
+                await pair.timed(side, item)
+            except Exception as exc:
+                log.error("%s %s failed during warm-up: %r", pair.name, side, exc)
+
+
 async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     """Warm up, then alternate stock and Ayo over the questions (order flips each pair)."""
     from tqdm import tqdm
 
     sides = ["stock"] + (["ayo"] if pair.ayo is not None else [])
-    for item in questions[:warmup]:
-        for side in sides:
-            await pair.timed(side, item)
+    await warm_up(pair, sides, questions[:warmup])
     rows = []
     bar = tqdm(questions, desc=f"{pair.name} latency", unit="q", file=sys.stderr)
     for i, item in enumerate(bar):
         order = sides if i % 2 == 0 else sides[::-1]
         row: dict[str, Any] = {"id": item["id"], "question": item["question"], "first": order[0]}
         for side in order:
-            elapsed, answer, trace = await pair.timed(side, item)
+            try:
+                elapsed, answer, trace = await pair.timed(side, item)
+            except Exception as exc:  # reported in the results, not hidden, and the run goes on
+                log.error("%s %s failed on %s: %r", pair.name, side, item["id"], exc)
+                row[f"{side}_error"] = repr(exc)
+                continue
             row[f"{side}_s"], row[f"{side}_answer"] = elapsed, answer
             if trace is not None:
                 row["ayo_trace"] = trace_figures(trace)
-        if "ayo_s" in row:
+        if "ayo_s" in row and "stock_s" in row:
             row["ratio"] = row["stock_s"] / row["ayo_s"]
             row["identical"] = row["stock_answer"] == row["ayo_answer"]
             if not row["identical"]:
@@ -163,10 +176,14 @@ async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: in
     return {"pairs": rows, "summary": summarize_latency(rows)}
 
 
-def summarize_latency(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    stock = [r["stock_s"] for r in rows]
-    out: dict[str, Any] = {"n": len(rows), "stock_median_s": median(stock), "stock_p95_s": percentile(stock, 95)}
-    ayo = [r["ayo_s"] for r in rows if "ayo_s" in r]
+def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the pairs where both sides answered; failures are counted, never dropped silently."""
+    errors = {side: sum(f"{side}_error" in r for r in all_rows) for side in ("stock", "ayo")}
+    stock = [r["stock_s"] for r in all_rows if "stock_s" in r]
+    out: dict[str, Any] = {"n": len(all_rows), "stock_median_s": median(stock), "stock_p95_s": percentile(stock, 95),
+                           "stock_errors": errors["stock"], "ayo_errors": errors["ayo"]}
+    rows = [r for r in all_rows if "ratio" in r]
+    ayo = [r["ayo_s"] for r in rows]
     if not ayo:
         return out
     ratios = [r["ratio"] for r in rows]
@@ -175,7 +192,8 @@ def summarize_latency(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_ratio": median(ratios),
         "median_ratio_stock_first": median([r["ratio"] for r in rows if r["first"] == "stock"]),
         "median_ratio_ayo_first": median([r["ratio"] for r in rows if r["first"] == "ayo"]),
-        "identical_answers": sum(r["identical"] for r in rows), "all_identical": all(r["identical"] for r in rows),
+        "pairs_compared": len(rows), "identical_answers": sum(r["identical"] for r in rows),
+        "all_identical": all(r["identical"] for r in rows) and len(rows) == len(all_rows),
     })
     traces = [r["ayo_trace"] for r in rows if r.get("ayo_trace")]
     if traces:
@@ -204,7 +222,11 @@ async def record_timelines(pair: AppPair, item: dict[str, Any], trace_path: Path
         stock_s = time.perf_counter() - start
     out: dict[str, Any] = {"question": item["id"], "stock_s": stock_s, "stock": rec.stage_spans()}
     if pair.ayo is not None:
-        ayo_s, _, trace = await pair.timed("ayo", item)
+        try:
+            ayo_s, _, trace = await pair.timed("ayo", item)
+        except Exception as exc:
+            log.error("%s ayo failed while recording the timeline: %r", pair.name, exc)
+            return out
         out.update({"ayo_s": ayo_s, "ayo": timeline.spans_from_trace(trace)})
         if trace is not None and hasattr(trace, "save_chrome"):
             trace.save_chrome(trace_path)
@@ -248,9 +270,7 @@ async def run_load(pair: AppPair, questions: list[dict[str, Any]], rate: float, 
     gaps = [rng.expovariate(rate) for _ in questions]
     gaps[0] = 0.0
     sides = ["stock"] + (["ayo"] if pair.ayo is not None else [])
-    for item in questions[:warmup]:
-        for side in sides:
-            await pair.timed(side, item)
+    await warm_up(pair, sides, questions[:warmup])
     half = max(1, len(questions) // 2)
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for part, order in ((slice(0, half), sides), (slice(half, None), sides[::-1])):
@@ -289,13 +309,16 @@ def _fmt(value: Any, unit: str = "s") -> str:
 def print_latency(name: str, s: dict[str, Any], ayo_missing: str) -> None:
     print(f"\n== {name}: {s['n']} questions, alternating stock/Ayo ==")
     print(f"  stock  median {_fmt(s['stock_median_s'])}  p95 {_fmt(s['stock_p95_s'])}")
-    if ayo_missing:
-        print(f"  ayo    not measured: {ayo_missing}")
+    if ayo_missing or "ayo_median_s" not in s:
+        print(f"  ayo    not measured: {ayo_missing or 'every optimized run failed (see the JSON)'}")
         return
     print(f"  ayo    median {_fmt(s['ayo_median_s'])}  p95 {_fmt(s['ayo_p95_s'])}")
     print(f"  median per-pair ratio (stock/ayo) {_fmt(s['median_ratio'], 'x')}"
           f"  [stock ran first: {_fmt(s['median_ratio_stock_first'], 'x')}, ayo first: {_fmt(s['median_ratio_ayo_first'], 'x')}]")
-    print(f"  identical answers {s['identical_answers']}/{s['n']}" + ("" if s["all_identical"] else "  <-- NOT all identical"))
+    print(f"  identical answers {s['identical_answers']}/{s['pairs_compared']}"
+          + ("" if s["all_identical"] else "  <-- NOT all identical"))
+    if s["ayo_errors"] or s["stock_errors"]:
+        print(f"  FAILED runs: stock {s['stock_errors']}, ayo {s['ayo_errors']} (see the JSON for the errors)")
     if "efficiency_median" in s:
         print(f"  ayo overhead median {_fmt(s['ayo_overhead_median_s'])} ({_fmt(s['ayo_overhead_median_pct'], '%')})"
               f"  critical-path bound median {_fmt(s['critical_path_bound_median_s'])}"

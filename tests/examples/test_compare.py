@@ -121,3 +121,17 @@ def test_cli_arguments() -> None:
     assert (args.app, args.mode, args.rate, args.n) == ("advanced_rag", "load", 0.25, 4)
     with pytest.raises(SystemExit):
         compare.parse_args(["no_such_app"])
+
+
+def test_a_failing_optimized_run_is_counted_not_hidden() -> None:
+    pair = fake_pair()
+
+    async def broken(item: dict[str, Any]) -> str:
+        raise RuntimeError("adapter bug")
+
+    pair.ayo.answer = broken  # type: ignore[union-attr]
+    out = asyncio.run(compare.run_latency(pair, QUESTIONS[:3], warmup=1))
+    s = out["summary"]
+    assert s["ayo_errors"] == 3 and s["stock_errors"] == 0 and "ayo_median_s" not in s
+    assert all("adapter bug" in r["ayo_error"] for r in out["pairs"])
+    compare.print_latency("fake", s, "")  # must not raise
