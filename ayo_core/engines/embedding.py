@@ -81,6 +81,17 @@ class _Request:
     results: list[list[float]] | None = None
 
 
+def _settle(future: concurrent.futures.Future[Any], value: Any = None, error: BaseException | None = None) -> None:
+    # A caller may cancel at any moment (asyncio cancellation propagates to the future).
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
 def default_embedding_model_path() -> Path:
     from ayo_core import models
 
@@ -264,7 +275,8 @@ class EmbeddingEngine:
                 pending.append(item)
             stop = self._drain_into(pending) or stop
             batch = self._next_batch(pending)
-            self._encode(batch)
+            if batch:
+                self._encode(batch)
 
     def _drain_into(self, pending: deque[_Request]) -> bool:
         """Move every queued request into ``pending``; True when the stop sentinel was seen."""
@@ -280,7 +292,7 @@ class EmbeddingEngine:
     def _next_batch(self, pending: deque[_Request]) -> list[tuple[_Request, int, int]]:
         """Slices (request, start, end) for one forward pass, oldest request first."""
         head = pending[0]
-        if head.batch_size is not None:  # exact-shape request: alone, all of it
+        if head.batch_size is not None and not head.future.cancelled():  # exact-shape request: alone, all of it
             pending.popleft()
             return [(head, 0, len(head.texts))]
         key = (head.prompt, head.normalize)
@@ -289,6 +301,9 @@ class EmbeddingEngine:
         for req in list(pending):
             if room == 0:
                 break
+            if req.future.cancelled():  # its caller gave up: skip the work
+                pending.remove(req)
+                continue
             if req.batch_size is not None or (req.prompt, req.normalize) != key:
                 continue
             take = min(room, len(req.texts) - req.done)
@@ -314,8 +329,7 @@ class EmbeddingEngine:
             err = exc if isinstance(exc, EmbeddingEngineError) else EmbeddingEngineError(
                 f"{self!r} failed to encode {len(texts)} texts: {type(exc).__name__}: {exc}")
             for req, _, _ in batch:
-                if not req.future.done():
-                    req.future.set_exception(err)
+                _settle(req.future, error=err)
             return
         self._record(batch, len(texts), time.perf_counter() - t0)
         pos = 0
@@ -324,8 +338,8 @@ class EmbeddingEngine:
                 req.results = [[] for _ in req.texts]
             req.results[a:b] = vectors[pos:pos + b - a]
             pos += b - a
-            if b == len(req.texts) and not req.future.done():
-                req.future.set_result(req.results)
+            if b == len(req.texts):
+                _settle(req.future, value=req.results)
 
     def _record(self, batch: list[tuple[_Request, int, int]], n: int, seconds: float) -> None:
         s = self._stats

@@ -153,7 +153,11 @@ class LLMEngine:
                     payload = line[5:].strip()
                     if payload == "[DONE]":
                         return
-                    event = json.loads(payload)
+                    try:
+                        event = json.loads(payload)
+                    except ValueError as exc:
+                        raise LLMEngineError(f"LLM engine at {self.base_url} sent a malformed stream event in "
+                                             f"{op}: {payload[:200]!r}", self.base_url) from exc
                     if "error" in event:
                         raise self._status_error(op, 500, payload)
                     yield event

@@ -39,7 +39,7 @@ def get_embedding_engine(model_path: str | os.PathLike[str] | None = None, **kwa
     Different settings (normalize, prompts, max_length, ...) get different engines."""
     from ayo_core.engines.embedding import EmbeddingEngine, default_embedding_model_path
 
-    path = Path(model_path).expanduser().resolve() if model_path is not None else default_embedding_model_path()
+    path = Path(model_path if model_path is not None else default_embedding_model_path()).expanduser().resolve()
     key = (str(path), tuple(sorted(kwargs.items())))
     with _lock:
         if key not in _embed:

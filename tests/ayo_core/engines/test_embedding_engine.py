@@ -131,3 +131,15 @@ def test_full_queue_raises_on_submit_nowait(tmp_path):
     eng.submit_nowait(["one"])
     with pytest.raises(EmbeddingQueueFull, match="queue is full"):
         eng.submit_nowait(["two"])
+
+
+def test_cancelled_callers_do_not_break_the_worker(engine):
+    async def run() -> list[list[float]]:
+        tasks = [asyncio.ensure_future(engine.aembed([f"cancel me {i}"] * 8)) for i in range(10)]
+        await asyncio.sleep(0)
+        for t in tasks[::2]:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return await engine.aembed(["still works"])
+
+    assert len(asyncio.run(run())[0]) == 384
