@@ -165,6 +165,24 @@ class Opaque(Module):
 
 # ---- recognition -----------------------------------------------------------------------
 _INLINE_FUNCS = (operator.itemgetter, operator.attrgetter)
+_BINDING_METHODS = ("invoke", "ainvoke", "stream", "astream", "transform", "atransform", "batch", "abatch")
+
+
+def _cls(obj: Any) -> type:
+    """The class of ``obj``, seen through pydantic generic parametrization (``RunnableParallel[dict]``)."""
+    t = type(obj)
+    meta = getattr(t, "__pydantic_generic_metadata__", None) or {}
+    return meta.get("origin") or t
+
+
+def _plain_binding(obj: Any) -> bool:
+    """A ``RunnableBinding`` (or a subclass that only narrows types, like ``_ChatModelBinding``)."""
+    if not isinstance(obj, RunnableBinding):
+        return False
+    from langchain_core.runnables.base import RunnableBindingBase
+
+    t = type(obj)
+    return all(getattr(t, m) is getattr(RunnableBindingBase, m) for m in _BINDING_METHODS)
 
 
 def _is_line_list_parser(parser: Any) -> bool:
@@ -237,7 +255,7 @@ class Capturer:
         return module
 
     def _capture(self, r: Any, wrappers: tuple[Any, ...]) -> Module:
-        t = type(r)
+        t = _cls(r)
         if t is RunnableSequence:
             return Sequence(r, wrappers, [self.capture(s, wrappers) for s in r.steps])
         if t is RunnableParallel:
@@ -257,7 +275,7 @@ class Capturer:
             return Lambda(r, wrappers, inline=isinstance(getattr(r, "func", None), _INLINE_FUNCS))
         if t is RunnableBranch:
             return Branch(r, wrappers)
-        if t is RunnableBinding:
+        if _plain_binding(r):
             return self._binding(r, wrappers)
         return self._leaf(r, wrappers)
 
@@ -265,7 +283,7 @@ class Capturer:
         if r.config_factories:
             return Opaque(r, wrappers, "binding with config factories (listeners)")
         inner = r.bound
-        while type(inner) is RunnableBinding and not inner.config_factories:
+        while _plain_binding(inner) and not inner.config_factories:
             inner = inner.bound
         ok, chat = _openai_model(inner)
         if ok:

@@ -228,7 +228,7 @@ class ChatCompletionsShim(_ShimBase):
     object_name = "chat.completion.chunk"
 
     async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None) -> Any:
-        kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "messages", "n"})
+        kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "messages"})
         if r.priority is not None:
             kwargs["priority"] = r.priority
         return await r.llm.chat(payload["messages"], stream_cb=on_delta, **kwargs)
@@ -263,20 +263,21 @@ class CompletionsShim(_ShimBase):
     object_name = "text_completion"
 
     async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None) -> Any:
+        # the prompt goes as the payload has it (BaseOpenAI sends a one-item list)
         prompt = payload["prompt"]
-        prompt = prompt[0] if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str) else prompt
-        kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "prompt", "n", "best_of", "echo",
-                                         "suffix", "logprobs"})
+        kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "prompt"})
         if r.priority is not None:
             kwargs["priority"] = r.priority
         return await r.llm.complete(prompt, stream_cb=on_delta, **kwargs)
 
     async def _once(self, r: Route, payload: dict) -> dict:
         prompts = payload["prompt"]
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        # BaseOpenAI sends several prompts in one request; the engine takes one each.
-        results = await asyncio.gather(*(self._call(r, {**payload, "prompt": p}, r.on_delta) for p in prompts))
+        if isinstance(prompts, list) and len(prompts) > 1 and all(isinstance(p, str) for p in prompts):
+            # several prompts in one request (BaseOpenAI.batch): the engine answers one each
+            calls = [{**payload, "prompt": [p]} for p in prompts]
+        else:
+            calls = [payload]
+        results = await asyncio.gather(*(self._call(r, c, r.on_delta) for c in calls))
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         for res in results:
             for k, v in _usage(res).items():

@@ -125,10 +125,21 @@ def retrieve_fn(lw: Lowerer, m: cap.Module, cfg: RunnableConfig) -> Retrieve:
 
 
 # ---- MultiQueryRetriever ---------------------------------------------------------------
-def line_parts(text: str) -> list[str]:
-    """Finished lines so far + the line still growing (LineListOutputParser's split, streamed)."""
-    segments = text.lstrip().split("\n")
-    return [s for s in segments[:-1] if s] + [segments[-1]]
+def line_parts(parser: Any) -> Callable[[Any], list[str]]:
+    """The ``parts`` function of the query-generation decode.
+
+    While streaming (text so far): the finished lines + the line still growing, split as
+    ``LineListOutputParser`` splits. On the final message: the user's parser's own list,
+    so the per-line retrievals end up being exactly the parser's queries.
+    """
+
+    def parts(value: Any) -> list[str]:
+        if not isinstance(value, str):
+            return list(parser.invoke(value))
+        segments = value.lstrip().split("\n")
+        return [s for s in segments[:-1] if s] + [segments[-1]]
+
+    return parts
 
 
 def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
@@ -152,7 +163,7 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
     retrieve = retrieve_fn(lw, m.retriever, chain_cfg)
     if pipelined:
         pv = lw.lower(steps[0], q_dict, chain_cfg)
-        gen = lw._lower_model(steps[1], pv, chain_cfg, parts=line_parts)
+        gen = lw._lower_model(steps[1], pv, chain_cfg, parts=line_parts(steps[2].runnable))
         lines = lw.lower(steps[2], gen, chain_cfg)
 
         async def per_line(ctx: Any, line: str) -> tuple[str, list[Document]]:

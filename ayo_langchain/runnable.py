@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
+from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import (
     ensure_config,
     get_async_callback_manager_for_config,
@@ -27,7 +28,7 @@ from langchain_core.runnables.config import (
 )
 
 from ayo_core.graph import Graph
-from ayo_core.runtime import Engines, NodeFailed, Runtime
+from ayo_core.runtime import Engines, EngineScheduler, NodeFailed, Runtime
 from ayo_langchain import _loop
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
@@ -68,14 +69,20 @@ class Plan:
         self.options = options
         self.capturer = cap.Capturer()
         self.root = self.capturer.capture(runnable)
+        # bindings around the whole chain configure its top run (as stock), not each leaf again
+        self.top_wrappers = self.root.wrappers
+        for m in _walk(self.root):
+            m.wrappers = m.wrappers[len(self.top_wrappers):]
         self.routed: dict[int, Any] = {}
         self._dynamic: dict[int, tuple[Any, cap.Module]] = {}
         self.llm_endpoint: tuple[str, str] | None = None
         self.embed_folder: str | None = None
         self.llm: Any = None
         self.embed: Any = None
-        self._register(self.root, discover=True)
+        self.own_runtime = runtime is None
+        self.runtime: Runtime | None = None
         if runtime is None:
+            self._register(self.root, discover=True)
             runtime = Runtime(Engines(llm=self.llm, embed=self.embed), policy=options.policy)
         else:
             self.llm, self.embed = runtime.engines.llm, runtime.engines.embed
@@ -110,7 +117,13 @@ class Plan:
         if hit is not None and hit[0] is runnable:
             return hit[1]
         module = self.capturer.capture(runnable)
-        self._register(module, discover=False)
+        had = (self.llm, self.embed)
+        self._register(module, discover=self.own_runtime)
+        if (self.llm, self.embed) != had and self.runtime is not None:  # first engines met at run time (a routing function's choice)
+            self.runtime.engines = Engines(llm=self.llm, embed=self.embed)
+            for kind, engine in self.runtime.engines.items():
+                if kind not in self.runtime.schedulers:
+                    self.runtime.schedulers[kind] = EngineScheduler(kind, engine, self.runtime.policy)
         self._dynamic[id(runnable)] = (runnable, module)  # keeps runnable alive: ids stay unique
         return module
 
@@ -149,9 +162,9 @@ class OptimizedRunnable(Runnable):
     """A ``Runnable`` that computes what the wrapped chain computes, on Ayo's runtime."""
 
     def __init__(self, runnable: Any, options: Options | None = None, runtime: Runtime | None = None) -> None:
-        self.wrapped = runnable
+        self.wrapped = runnable if isinstance(runnable, Runnable) else coerce_to_runnable(runnable)
         self.options = options or Options()
-        self.plan = Plan(runnable, self.options, runtime)
+        self.plan = Plan(self.wrapped, self.options, runtime)
         self.last_trace: Any = None
         self.last_traces: list[Any] = []
         self.last_graph: Graph | None = None
@@ -200,8 +213,14 @@ class OptimizedRunnable(Runnable):
             yield chunk
 
     # ---- execution ------------------------------------------------------------------
-    async def _invoke(self, input: Any, config: RunnableConfig | None) -> Any:
+    def _top_config(self, config: RunnableConfig | None) -> RunnableConfig:
         config = ensure_config(config)
+        for w in self.plan.top_wrappers:
+            config = w._merge_configs(config)
+        return config
+
+    async def _invoke(self, input: Any, config: RunnableConfig | None) -> Any:
+        config = self._top_config(config)
         manager = get_async_callback_manager_for_config(config)
         run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
                                                    run_id=config.pop("run_id", None))
@@ -254,7 +273,7 @@ class OptimizedRunnable(Runnable):
         return value
 
     async def _astream(self, input: Any, config: RunnableConfig | None) -> AsyncIterator[Any]:
-        config = ensure_config(config)
+        config = self._top_config(config)
         manager = get_async_callback_manager_for_config(config)
         run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
                                                    run_id=config.pop("run_id", None))
