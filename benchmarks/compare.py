@@ -29,6 +29,7 @@ import datetime as dt
 import importlib
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -39,6 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script or through `ayo compare`
@@ -126,6 +129,14 @@ class AppPair:
             self.ayo_missing = f"{exc}"
             log.warning("%s: optimized app unavailable (%s); measuring stock only", name, exc)
 
+    cache_reset_url: str | None = None  # set when the server lets us empty its prefix cache
+
+    async def cold_cache(self) -> None:
+        """Empty the server's prefix cache so neither side inherits the other's prompts."""
+        if self.cache_reset_url:
+            async with httpx.AsyncClient(timeout=30) as client:
+                (await client.post(self.cache_reset_url)).raise_for_status()
+
     async def timed(self, which: str, item: dict[str, Any]) -> tuple[float, str, Any]:
         app = self.stock if which == "stock" else self.ayo
         start = time.perf_counter()
@@ -158,6 +169,7 @@ async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: in
         row: dict[str, Any] = {"id": item["id"], "question": item["question"], "first": order[0]}
         for side in order:
             try:
+                await pair.cold_cache()
                 elapsed, answer, trace = await pair.timed(side, item)
             except Exception as exc:  # reported in the results, not hidden, and the run goes on
                 log.error("%s %s failed on %s: %r", pair.name, side, item["id"], exc)
@@ -176,6 +188,12 @@ async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: in
     return {"pairs": rows, "summary": summarize_latency(rows)}
 
 
+def balanced_ratio(rows: list[dict[str, Any]]) -> float:
+    firsts = [median([r["ratio"] for r in rows if r["first"] == side]) for side in ("stock", "ayo")]
+    present = [f for f in firsts if f == f]
+    return math.prod(present) ** (1 / len(present)) if present else float("nan")
+
+
 def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over the pairs where both sides answered; failures are counted, never dropped silently."""
     errors = {side: sum(f"{side}_error" in r for r in all_rows) for side in ("stock", "ayo")}
@@ -192,6 +210,9 @@ def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_ratio": median(ratios),
         "median_ratio_stock_first": median([r["ratio"] for r in rows if r["first"] == "stock"]),
         "median_ratio_ayo_first": median([r["ratio"] for r in rows if r["first"] == "ayo"]),
+        # Whoever runs second finds the pair's prompts cached; the geometric mean of the two
+        # orders' medians cancels that advantage (equal to median_ratio when there is none).
+        "balanced_ratio": balanced_ratio(rows),
         "pairs_compared": len(rows), "identical_answers": sum(r["identical"] for r in rows),
         "all_identical": all(r["identical"] for r in rows) and len(rows) == len(all_rows),
     })
@@ -232,6 +253,19 @@ async def record_timelines(pair: AppPair, item: dict[str, Any], trace_path: Path
             trace.save_chrome(trace_path)
             out["perfetto_trace"] = _shown(trace_path)
     return out
+
+
+async def probe_cache_reset(llm_url: str) -> str | None:
+    """vLLM's ``POST /reset_prefix_cache`` (served with VLLM_SERVER_DEV_MODE=1), if this server has it."""
+    url = llm_url.rstrip("/").removesuffix("/v1") + "/reset_prefix_cache"
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            ok = (await client.post(url)).status_code == 200
+    except httpx.HTTPError:
+        ok = False
+    if not ok:
+        log.warning("the LLM server cannot reset its prefix cache: runs alternate order instead (see balanced_ratio)")
+    return url if ok else None
 
 
 # ---- load ------------------------------------------------------------------------------
@@ -314,7 +348,8 @@ def print_latency(name: str, s: dict[str, Any], ayo_missing: str) -> None:
         return
     print(f"  ayo    median {_fmt(s['ayo_median_s'])}  p95 {_fmt(s['ayo_p95_s'])}")
     print(f"  median per-pair ratio (stock/ayo) {_fmt(s['median_ratio'], 'x')}"
-          f"  [stock ran first: {_fmt(s['median_ratio_stock_first'], 'x')}, ayo first: {_fmt(s['median_ratio_ayo_first'], 'x')}]")
+          f"  [stock ran first: {_fmt(s['median_ratio_stock_first'], 'x')}, ayo first: {_fmt(s['median_ratio_ayo_first'], 'x')};"
+          f" order-balanced {_fmt(s['balanced_ratio'], 'x')}]")
     print(f"  identical answers {s['identical_answers']}/{s['pairs_compared']}"
           + ("" if s["all_identical"] else "  <-- NOT all identical"))
     if s["ayo_errors"] or s["stock_errors"]:
@@ -354,7 +389,9 @@ def header(cfg: EnginesConfig, args: argparse.Namespace, search_latency: float, 
 async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, Any]:
     questions = load_questions(name, args.n)
     pair = AppPair(name, cfg)
-    result: dict[str, Any] = {**meta, "app": name, "framework": pair.module.FRAMEWORK, "ayo_missing": pair.ayo_missing}
+    pair.cache_reset_url = await probe_cache_reset(cfg.llm_url)
+    result: dict[str, Any] = {**meta, "app": name, "framework": pair.module.FRAMEWORK, "ayo_missing": pair.ayo_missing,
+                              "prefix_cache_reset_between_runs": bool(pair.cache_reset_url)}
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.mode == "load":
@@ -401,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # One line per HTTP request or model load would bury the progress bar and the figures.
+    for noisy in ("httpx", "httpcore", "openai", "chromadb", "sentence_transformers", "llama_index", "langchain"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     from ayo_core import serve_llm
     from ayo_core.search_service import SearchService
 

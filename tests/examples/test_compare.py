@@ -68,6 +68,13 @@ def test_latency_run_alternates_and_summarizes() -> None:
     assert s["ayo_median_s"] < s["stock_median_s"]
     assert s["efficiency_median"] == pytest.approx(0.9, rel=0.3)
     assert 0 < s["ayo_overhead_median_s"] < 0.01
+    assert s["balanced_ratio"] == pytest.approx((s["median_ratio_stock_first"] * s["median_ratio_ayo_first"]) ** 0.5)
+
+
+def test_balanced_ratio_cancels_the_second_runner_advantage() -> None:
+    rows = [{"first": "stock", "ratio": 1.28}, {"first": "ayo", "ratio": 0.78}] * 3
+    assert compare.balanced_ratio(rows) == pytest.approx(1.0, abs=0.01)
+    assert compare.balanced_ratio([{"first": "stock", "ratio": 1.2}]) == pytest.approx(1.2)
 
 
 def test_latency_run_without_adapter_measures_stock_only() -> None:
