@@ -231,6 +231,7 @@ def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
 async def record_timelines(pair: AppPair, item: dict[str, Any], trace_path: Path) -> dict[str, Any]:
     """One query, stock then Ayo: stage spans for the plot, and Ayo's Perfetto trace."""
     rec = timeline.Recorder()
+    await pair.cold_cache()
     if pair.module.FRAMEWORK == "llamaindex":
         with timeline.record_llamaindex(rec):
             rec.reset()
@@ -244,6 +245,7 @@ async def record_timelines(pair: AppPair, item: dict[str, Any], trace_path: Path
     out: dict[str, Any] = {"question": item["id"], "stock_s": stock_s, "stock": rec.stage_spans()}
     if pair.ayo is not None:
         try:
+            await pair.cold_cache()
             ayo_s, _, trace = await pair.timed("ayo", item)
         except Exception as exc:
             log.error("%s ayo failed while recording the timeline: %r", pair.name, exc)

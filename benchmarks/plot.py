@@ -44,9 +44,9 @@ def _draw_timeline(ax: Any, rows: list[tuple[str, list[dict[str, Any]], float | 
         for s, lane in zip(spans, lanes, strict=True):
             ax.broken_barh([(s["start"], max(s["end"] - s["start"], 1e-3))], (y + lane * 0.8, 0.7),
                            facecolors=STAGE_COLORS.get(s["stage"], STAGE_COLORS["other"]), edgecolor="white", lw=0.3)
-        if total is not None:
-            ax.axvline(total, ymin=0, ymax=1, color="black", lw=0.5, ls=":")
-            ax.text(total, y + depth * 0.8, f" {total:.2f} s", fontsize=7, va="bottom")
+        if total is not None:  # end-to-end latency of this row's query, as the caller measured it
+            ax.plot([total, total], [y - 0.1, y + depth * 0.8], color="black", lw=1)
+            ax.text(total, y + depth * 0.4, f" {total:.2f} s", fontsize=8, va="center")
         ticks.append(y + depth * 0.4)
         labels.append(title)
         y += depth * 0.8 + 1.0
