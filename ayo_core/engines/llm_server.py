@@ -133,7 +133,7 @@ class LLMServer:
         dtype: str = "float32",
         served_model_name: str = DEFAULT_SERVED_NAME,
         host: str = DEFAULT_HOST,
-        kv_cache_gib: float = 2,
+        kv_cache_gib: float | None = None,
         extra_args: Sequence[str] = (),
         python: Path | None = None,
         log_dir: Path | None = None,
@@ -182,7 +182,11 @@ class LLMServer:
     def start(self, timeout: float = 300.0) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
+        # Explicit kv_cache_gib wins; else the environment's value; else 2 GiB (~4.5 GiB per server in all).
+        if self.kv_cache_gib is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib:g}"
+        else:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         # A sibling .venv on PATH or PYTHONPATH must not leak into vLLM's environment.
         env.pop("PYTHONPATH", None)
         env.pop("VIRTUAL_ENV", None)
@@ -253,7 +257,7 @@ def start_server(
     served_model_name: str = DEFAULT_SERVED_NAME,
     startup_timeout: float = 300.0,
     extra_args: Sequence[str] = (),
-    kv_cache_gib: float = 2,
+    kv_cache_gib: float | None = None,
     host: str = DEFAULT_HOST,
 ) -> LLMServer:
     """Start a vLLM server and return it once healthy; the caller must ``stop()`` it (atexit also does)."""
@@ -277,7 +281,7 @@ def serve_llm(
     served_model_name: str = DEFAULT_SERVED_NAME,
     startup_timeout: float = 300.0,
     extra_args: Sequence[str] = (),
-    kv_cache_gib: float = 2,
+    kv_cache_gib: float | None = None,
     host: str = DEFAULT_HOST,
     reuse_env: bool = True,
 ) -> Iterator[str]:
@@ -285,8 +289,8 @@ def serve_llm(
 
     ``AYO_LLM_URL``, when set (and ``reuse_env``), is yielded as is and nothing starts.
     ``port=None`` picks a free port; a busy ``port`` raises LLMServerError naming it.
-    ``kv_cache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` unless the environment already sets
-    it. The server (its whole process group) is stopped on exit, on exceptions and at
+    ``kv_cache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` (default: the environment's value,
+    else 2). The server (its whole process group) is stopped on exit, on exceptions and at
     interpreter exit. The log goes to ``$AYO_HOME/logs``.
     """
     existing = os.environ.get("AYO_LLM_URL")

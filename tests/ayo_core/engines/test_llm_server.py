@@ -221,3 +221,39 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ayo_serve_prints_the_url_and_stops_cleanly(fake_vllm, sig):
+    cmd = [sys.executable, "-c", "import sys; from ayo_core.engines.llm_server import main_serve; "
+           "sys.exit(main_serve(sys.argv[1:]))", "--model", str(fake_vllm["model"])]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[3])
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        pids = _pids(fake_vllm["pids"])
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 0
+        assert _gone(pids)
+    finally:
+        proc.kill()
+
+
+def test_kv_cache_size_reaches_the_server(fake_vllm, monkeypatch):
+    seen: dict[str, str] = {}
+    real_popen = subprocess.Popen
+
+    def spy(cmd, **kw):
+        seen["kv"] = kw["env"]["VLLM_CPU_KVCACHE_SPACE"]
+        return real_popen(cmd, **kw)
+
+    monkeypatch.setattr(llm_server.subprocess, "Popen", spy)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "7")
+    with serve_llm(model=fake_vllm["model"], kv_cache_gib=1.5, startup_timeout=60):
+        pass
+    assert seen["kv"] == "1.5"
+    with serve_llm(model=fake_vllm["model"], startup_timeout=60):
+        pass
+    assert seen["kv"] == "7"
