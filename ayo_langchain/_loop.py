@@ -24,6 +24,7 @@ def loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None or _loop.is_closed():
             new = asyncio.new_event_loop()
+            new.set_exception_handler(_quiet_failed_parts)
             ready = threading.Event()
 
             def run() -> None:
@@ -35,6 +36,17 @@ def loop() -> asyncio.AbstractEventLoop:
             ready.wait()
             _loop = new
         return _loop
+
+
+def _quiet_failed_parts(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A failed query's per-part tasks may be collected unretrieved: their error already failed
+    the query (and reached the caller), so they are not reported again. Formatting their
+    tracebacks from a garbage collection can also land inside ``ast.parse`` and trip CPython."""
+    from ayo_core.runtime.errors import NodeFailed
+
+    if isinstance(context.get("exception"), NodeFailed) and "never retrieved" in context.get("message", ""):
+        return
+    loop.default_exception_handler(context)
 
 
 def _on_loop() -> bool:

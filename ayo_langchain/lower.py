@@ -105,7 +105,9 @@ class Lowerer:
             steps = steps[: self.run.tail_from + 1]
         outs = [src]
         for i, step in enumerate(steps):
-            step_cfg = child(cfg, self.run.run_manager, f"seq:step:{i + 1}") if top else cfg
+            # leaves carry the tag of their innermost composite position, as in stock (tags of
+            # get_child are local to the child run; composites themselves report no run here)
+            step_cfg = child(cfg, self.run.run_manager, f"seq:step:{i + 1}")
             early = None
             if isinstance(step, cap.Model) and i >= 2 and self.plan.prefill_split:
                 from ayo_langchain.prefill import early_inputs
@@ -118,11 +120,10 @@ class Lowerer:
         return outs[-1]
 
     def _lower_parallel(self, m: cap.Parallel, src: str, cfg: RunnableConfig) -> str:
-        top = m is self.plan.root and not self.prefix
         keys = list(m.branches)
         inputs = {}
         for i, key in enumerate(keys):
-            branch_cfg = child(cfg, self.run.run_manager, f"map:key:{key}") if top else cfg
+            branch_cfg = child(cfg, self.run.run_manager, f"map:key:{key}")
             inputs[f"v{i}"] = self.lower(m.branches[key], src, branch_cfg)
 
         async def as_dict(ctx: Any, **values: Any) -> dict[str, Any]:

@@ -65,6 +65,12 @@ def current_route() -> Route | None:
     return _ROUTE.get()
 
 
+def _engine_errors() -> tuple[type[BaseException], ...]:
+    from ayo_core.engines.llm_client import LLMEngineError
+
+    return (LLMEngineError,)
+
+
 def _engine_model(llm: Any) -> str | None:
     return getattr(llm, "model", None) or getattr(getattr(llm, "engine", None), "model", None)
 
@@ -115,9 +121,13 @@ class _RawView:
 
     async def create(self, **payload: Any) -> Any:
         routed = self._owner._routed(payload)
+        original = self._owner._original.with_raw_response.create
         if routed is None:
-            return await self._owner._original.with_raw_response.create(**payload)
-        return _Raw(await routed)
+            return await original(**payload)
+        try:
+            return _Raw(await routed)
+        except _engine_errors() as exc:
+            return await self._owner._fallback(original, payload, exc)
 
 
 class _Stream:
@@ -158,7 +168,17 @@ class _ShimBase:
         routed = self._routed(payload)
         if routed is None:
             return await self._original.create(**payload)
-        return await routed
+        try:
+            return await routed
+        except _engine_errors() as exc:
+            return await self._fallback(self._original.create, payload, exc)
+
+    async def _fallback(self, create: Callable[..., Any], payload: dict, exc: BaseException) -> Any:
+        """The engine failed (HTTP error, server gone): send the request as stock would, so the user
+        gets the stock outcome: the OpenAI SDK's exception (after its retries), or the answer."""
+        log.warning("LLM engine failed (%s: %s); sending the request through the model's own client",
+                    type(exc).__name__, exc)
+        return await create(**payload)
 
     def _routed(self, payload: dict) -> Any:
         r = current_route()
@@ -191,11 +211,21 @@ class _ShimBase:
         task = asyncio.ensure_future(self._call(r, payload, on_delta))
         task.add_done_callback(lambda _t: queue.put_nowait(None))
         rid, created = f"ayo-{next(_ids)}", int(time.time())
+        sent = False
         try:
-            yield self._chunk(rid, created, payload, "", None, first=True)
             while (delta := await queue.get()) is not None:
                 if delta:
+                    if not sent:
+                        yield self._chunk(rid, created, payload, "", None, first=True)
+                    sent = True
                     yield self._chunk(rid, created, payload, delta, None)
+            if task.exception() is not None and not sent and isinstance(task.exception(), _engine_errors()):
+                stream = await self._fallback(self._original.create, payload, task.exception())
+                async for chunk in stream:
+                    yield chunk if isinstance(chunk, dict) else chunk.model_dump()
+                return
+            if not sent:
+                yield self._chunk(rid, created, payload, "", None, first=True)
             result = task.result()  # raises the engine's error, if any
             yield self._chunk(rid, created, payload, "", result.finish_reason or "stop")
             if (payload.get("stream_options") or {}).get("include_usage"):

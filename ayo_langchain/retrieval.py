@@ -27,7 +27,7 @@ from langchain_core.runnables import RunnableConfig
 
 from ayo_core.graph import Op
 from ayo_langchain import capture as cap
-from ayo_langchain.callbacks import leaf_config, start_retriever_run
+from ayo_langchain.callbacks import child, leaf_config, start_retriever_run
 from ayo_langchain.lower import COST, Lowerer
 
 Retrieve = Callable[[Any, str], Awaitable[list[Document]]]
@@ -159,7 +159,8 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
         return {"question": state["question"]}
 
     q_dict = lw.add("mq_question", Op.TRANSFORM, question, {"state": started}, m)
-    chain_cfg = run_cfg  # children of the retriever run are approximated by the query's run
+    # the retriever's inner runs hang under the query's run, untagged (as under the retriever's run in stock)
+    chain_cfg = child(run_cfg, lw.run.run_manager)
     retrieve = retrieve_fn(lw, m.retriever, chain_cfg)
     if pipelined:
         pv = lw.lower(steps[0], q_dict, chain_cfg)
@@ -206,7 +207,7 @@ def lower_ensemble(lw: Lowerer, m: cap.Ensemble, src: str, cfg: RunnableConfig) 
     inputs = {"run": started}
     for i, sub in enumerate(m.retrievers):
         # (its child runs hang under the query's run: the ensemble's run starts only at run time)
-        inputs[f"r{i}"] = lw.lower(sub, src, run_cfg)
+        inputs[f"r{i}"] = lw.lower(sub, src, child(run_cfg, lw.run.run_manager, f"retriever_{i + 1}"))
 
     async def fuse(ctx: Any, run: Any, **lists: list) -> list[Document]:
         try:
