@@ -31,7 +31,7 @@ class PrefixFn:
     def __init__(self, build: Any):
         self.build = build
 
-    async def __call__(self, ctx: Any, **early: Any) -> None:
+    async def __call__(self, ctx: Any, /, **early: Any) -> None:
         result = self.build(ctx, **early)
         if inspect.isawaitable(result):
             await result

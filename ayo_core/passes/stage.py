@@ -53,7 +53,7 @@ class AsyncPartFn(_Slicer):
         super().__init__(*args)
         self.fn = fn
 
-    async def __call__(self, ctx: Any, **inputs: Any) -> Any:
+    async def __call__(self, ctx: Any, /, **inputs: Any) -> Any:
         sliced = self.inputs(inputs)
         return self.splitter.empty() if sliced is None else await self.fn(ctx, **sliced)
 
@@ -63,7 +63,7 @@ class SyncPartFn(_Slicer):
         super().__init__(*args)
         self.fn = fn
 
-    def __call__(self, ctx: Any, **inputs: Any) -> Any:
+    def __call__(self, ctx: Any, /, **inputs: Any) -> Any:
         sliced = self.inputs(inputs)
         return self.splitter.empty() if sliced is None else self.fn(ctx, **sliced)
 
@@ -72,7 +72,7 @@ class MergeFn:
     def __init__(self, merge: Any, k: int):
         self.merge, self.k = merge, k
 
-    def __call__(self, ctx: Any, **parts: Any) -> Any:
+    def __call__(self, ctx: Any, /, **parts: Any) -> Any:
         return self.merge([parts[f"p{i}"] for i in range(self.k)])
 
 

@@ -106,10 +106,10 @@ def plain_fn(fn: Callable[..., Any], takes_ctx: bool = False) -> Callable[..., A
     if takes_ctx:
         return fn
     if inspect.iscoroutinefunction(fn):
-        async def async_node(ctx: Any, **inputs: Any) -> Any:
+        async def async_node(ctx: Any, /, **inputs: Any) -> Any:
             return await fn(**inputs)
         return async_node
 
-    def node(ctx: Any, **inputs: Any) -> Any:
+    def node(ctx: Any, /, **inputs: Any) -> Any:
         return fn(**inputs)
     return node

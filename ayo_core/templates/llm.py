@@ -31,7 +31,7 @@ class _Decode:
         self.render, self.max_tokens, self.llm_kwargs = render, max_tokens, llm_kwargs
         self.parse, self.stream, self.call = parse, stream, call
 
-    async def __call__(self, ctx: Any, **inputs: Any) -> Any:
+    async def __call__(self, ctx: Any, /, **inputs: Any) -> Any:
         rendered = await maybe_await(self.render(**inputs))
         if self.call is not None:
             text = await self.call(ctx, rendered)
@@ -45,7 +45,7 @@ class _Prefix:
     def __init__(self, render_prefix: Callable[..., Rendered | None]):
         self.render_prefix = render_prefix
 
-    async def __call__(self, ctx: Any, **early: Any) -> None:
+    async def __call__(self, ctx: Any, /, **early: Any) -> None:
         await prefill_prefix(ctx, await maybe_await(self.render_prefix(**early)))
 
 

@@ -28,6 +28,7 @@ from ayo_core.runtime.context import Expand
 from ayo_core.templates.base import Rendered, Template, add_entry, call_llm, hit_text, maybe_await, prefill_prefix
 
 MODES = ("simple", "compact", "refine", "tree_summarize")
+MAX_TREE_LEVELS = 12
 
 
 def greedy_pack(texts: list[str], max_chars: int = 4000, sep: str = "\n\n") -> list[str]:
@@ -138,6 +139,10 @@ class _Reduce:
     def __call__(self, ctx: Any, question: str, summaries: list[str]) -> Any:
         if len(summaries) <= 1:
             return summaries[0] if summaries else ""
+        if self.level + 1 >= MAX_TREE_LEVELS:
+            raise RuntimeError(f"tree_summarize did not converge after {MAX_TREE_LEVELS} levels: {len(summaries)} "
+                               "summaries still need more than one context; the summaries are too long for the "
+                               "packing budget (lower max_tokens or give pack() a larger context)")
         inputs = {"question": ctx.node.inputs["question"], "chunks": ctx.node.inputs["summaries"]}
         nodes = self.hooks.syn.tree_level(self.root, ctx.node.module, inputs, self.hooks, self.level + 1)
         return Expand(nodes, nodes[-1].name)
