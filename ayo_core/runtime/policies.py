@@ -111,5 +111,17 @@ class CostModel:
         return {n.name: self.estimate(n) for n in graph.nodes.values()}
 
     def analyse(self, graph: Graph) -> tuple[Mapping[str, int], Mapping[str, float]]:
-        """Depth and slack of every node of ``graph`` under the current estimates."""
-        return graph.depths(), graph.slacks(self.costs(graph))
+        """Depth and slack of every node of ``graph`` under the current estimates.
+
+        A node that only warms a cache for another (``meta["warms"]``, e.g. a
+        partial prefill) is useful only if it finishes before that node starts:
+        its slack is measured against that start, not against the graph's end.
+        """
+        costs = self.costs(graph)
+        slacks = graph.slacks(costs)
+        warms = [(n.name, n.meta["warms"]) for n in graph.nodes.values() if n.meta.get("warms") in graph.nodes]
+        if warms:
+            finish, _ = graph.longest_paths(costs)
+            for hint, target in warms:
+                slacks[hint] = max(0.0, slacks[target] + finish[target] - costs[target] - finish[hint])
+        return graph.depths(), slacks
