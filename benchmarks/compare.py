@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # One line per HTTP request or model load would bury the progress bar and the figures.
-    for noisy in ("httpx", "httpcore", "openai", "chromadb", "sentence_transformers", "llama_index", "langchain"):
+    for noisy in ("httpx", "httpcore", "openai", "chromadb", "sentence_transformers", "llama_index", "langchain", "langchain_classic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from ayo_core import serve_llm
     from ayo_core.search_service import SearchService
