@@ -167,7 +167,7 @@ def describe(plan: QueryEnginePlan) -> list[str]:
             store = type(r.obj._vector_store).__name__
             extra = f" top_k={r.obj.similarity_top_k} store={store} embed={_b(r.embed)}"
         elif r.kind == "fusion":
-            extra = f" num_queries={r.obj.num_queries} mode={r.obj.mode.value} llm={_b(r.llm)}"
+            extra = f" num_queries={r.obj.num_queries} mode={_mode(r.obj.mode)} llm={_b(r.llm)}"
         else:
             extra = f" -- {r.reason}"
         lines.append(f"{'  ' * depth}retriever: {r.template}[{type(r.obj).__name__}]{extra}")
@@ -183,6 +183,10 @@ def describe(plan: QueryEnginePlan) -> list[str]:
     extra = f" llm={_b(s.llm)}" if s.llm else f" -- {s.reason}"
     lines.append(f"  synthesizer: {s.template}[{type(s.obj).__name__}]{extra}")
     return lines
+
+
+def _mode(mode: Any) -> str:
+    return str(getattr(mode, "value", mode))
 
 
 def _b(binding: Any) -> str:

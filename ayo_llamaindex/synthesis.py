@@ -30,6 +30,7 @@ from llama_index.core.response_synthesizers.base import BaseSynthesizer
 from ayo_llamaindex._util import overridden
 
 PredictFn = Callable[..., Awaitable[str]]
+MAX_STALLED_LEVELS = 3
 
 # Methods whose stock control flow is mirrored below; a subclass overriding one of
 # them does something else, so it stays opaque.
@@ -139,10 +140,20 @@ async def refine_loop(synth: Refine, query_str: str, chunks: Sequence[str], pred
 async def tree_summarize(synth: TreeSummarize, query_str: str, chunks: Sequence[str], predict: PredictFn) -> str:
     """``TreeSummarize.aget_response``: leaf summaries concurrently, then recurse."""
     summary_template = synth._summary_template.partial_format(query_str=query_str)
+    stalled, previous = 0, None
     while True:
         chunks = synth._prompt_helper.repack(summary_template, text_chunks=chunks, llm=synth._llm)
         if len(chunks) == 1:
             return await predict(summary_template, context_str=chunks[0])
+        # stock recurses until RecursionError (minutes of LLM calls) when summaries never fit
+        # in fewer chunks; stop early with the reason instead of hanging
+        stalled = stalled + 1 if previous is not None and len(chunks) >= previous else 0
+        if stalled >= MAX_STALLED_LEVELS or not chunks:
+            raise RecursionError(
+                f"tree_summarize does not converge: {len(chunks)} summaries still need {len(chunks)} LLM calls "
+                f"after {MAX_STALLED_LEVELS} levels; the LLM's context_window is too small for its num_output "
+                "(raise context_window or lower max_tokens)")
+        previous = len(chunks)
         chunks = list(await asyncio.gather(*(predict(summary_template, context_str=c) for c in chunks)))
 
 

@@ -1,0 +1,132 @@
+"""Offline: optimize(fn) for document QA (index per call, then query) with a fake LLM.
+
+Node ids are random per from_documents call (uuid4), so answers are compared by text
+and source nodes by content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import chromadb
+import pytest
+from llama_index.core import Document, StorageContext, SummaryIndex, VectorStoreIndex
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.retrievers import QueryFusionRetriever
+from llama_index.vector_stores.chroma import ChromaVectorStore
+
+import ayo_llamaindex
+from tests.ayo_llamaindex.conftest import QUESTIONS, FakeLLM, assert_same
+
+
+def make_answer(embed_model: Any, store: str = "simple", chroma_path: str = "", fusion: bool = False) -> Any:
+    llm = FakeLLM()
+    splitter = SentenceSplitter(chunk_size=64, chunk_overlap=8)
+    client = chromadb.PersistentClient(path=chroma_path) if store == "chroma" else None
+
+    def answer(question: str, documents: list[Document]) -> Any:
+        name = f"t-{uuid.uuid4().hex}"
+        sc = None
+        if client is not None:
+            sc = StorageContext.from_defaults(
+                vector_store=ChromaVectorStore(chroma_collection=client.get_or_create_collection(name)))
+        try:
+            index = VectorStoreIndex.from_documents(documents, storage_context=sc, embed_model=embed_model,
+                                                    transformations=[splitter])
+            if fusion:
+                retriever = QueryFusionRetriever([index.as_retriever(similarity_top_k=2)], llm=llm, num_queries=3)
+                engine = RetrieverQueryEngine.from_args(retriever, llm=llm, response_mode="refine")
+            else:
+                engine = index.as_query_engine(llm=llm, similarity_top_k=3, response_mode="compact")
+            return engine.query(question)
+        finally:
+            if client is not None:
+                client.delete_collection(name)
+
+    return answer
+
+
+@pytest.mark.parametrize("store", ["simple", "chroma"])
+@pytest.mark.parametrize("fusion", [False, True])
+def test_docqa_matches_stock(embed_model, documents, tmp_path, store, fusion) -> None:
+    answer = make_answer(embed_model, store, str(tmp_path / "chroma"), fusion)
+    fast = ayo_llamaindex.optimize(answer)
+    for q in QUESTIONS:
+        assert_same(answer(q, documents), fast(q, documents), by="content")
+    text = fast.explain()
+    assert "indexing: VectorStoreIndex.from_documents" in text and "ingest0.add" in text
+    assert fast.last_trace is not None and fast.last_trace.status == "done"
+
+
+async def test_docqa_acall_matches_stock(embed_model, documents) -> None:
+    answer = make_answer(embed_model)
+    fast = ayo_llamaindex.optimize(answer)
+    results = await asyncio.gather(*(fast.acall(q, documents) for q in QUESTIONS))
+    for q, r in zip(QUESTIONS, results, strict=True):
+        assert_same(answer(q, documents), r, by="content")
+
+
+async def test_async_docqa_function(embed_model, documents) -> None:
+    llm = FakeLLM()
+
+    async def answer(question: str, docs: list[Document]) -> Any:
+        index = VectorStoreIndex.from_documents(docs, embed_model=embed_model)
+        return await index.as_query_engine(llm=llm, similarity_top_k=2).aquery(question)
+
+    fast = ayo_llamaindex.optimize(answer)
+    assert_same(await answer(QUESTIONS[0], documents), await fast(QUESTIONS[0], documents), by="content")
+    assert "ingest0.add" in fast.explain()
+
+
+def test_index_left_to_the_user_is_complete(embed_model, documents) -> None:
+    """A function that returns its index (never queries): the vectors are in before it returns."""
+
+    def build(docs: list[Document]) -> VectorStoreIndex:
+        return VectorStoreIndex.from_documents(docs, embed_model=embed_model)
+
+    fast = ayo_llamaindex.optimize(build)
+    stock_index, fast_index = build(documents), fast(documents)
+    s = stock_index.as_retriever(similarity_top_k=3).retrieve(QUESTIONS[0])
+    f = fast_index.as_retriever(similarity_top_k=3).retrieve(QUESTIONS[0])
+    assert [n.node.get_content() for n in f] == [n.node.get_content() for n in s]
+    assert len(fast_index.vector_store.data.embedding_dict) == len(stock_index.vector_store.data.embedding_dict)
+
+
+def test_direct_retrieval_inside_the_call_waits_for_vectors(embed_model, documents) -> None:
+    """Retrieval outside a query engine (not intercepted) still sees every vector (store barrier)."""
+
+    def retrieve(question: str, docs: list[Document]) -> list[str]:
+        index = VectorStoreIndex.from_documents(docs, embed_model=embed_model)
+        return [n.node.get_content() for n in index.as_retriever(similarity_top_k=2).retrieve(question)]
+
+    assert ayo_llamaindex.optimize(retrieve)(QUESTIONS[1], documents) == retrieve(QUESTIONS[1], documents)
+
+
+def test_untraceable_index_runs_stock(documents) -> None:
+    llm = FakeLLM()
+
+    def answer(question: str, docs: list[Document]) -> Any:
+        return SummaryIndex.from_documents(docs).as_query_engine(llm=llm).query(question)
+
+    fast = ayo_llamaindex.optimize(answer)
+    assert str(fast(QUESTIONS[0], documents)) == str(answer(QUESTIONS[0], documents))
+    assert "SummaryIndex" in fast.explain()
+
+
+def test_empty_documents(embed_model) -> None:
+    answer = make_answer(embed_model)
+    fast = ayo_llamaindex.optimize(answer)
+    s, f = answer("anything?", []), fast("anything?", [])
+    assert str(f) == str(s) == "Empty Response"
+
+
+def test_errors_in_the_function_propagate_unchanged(embed_model, documents) -> None:
+    def broken(question: str, docs: list[Document]) -> Any:
+        VectorStoreIndex.from_documents(docs, embed_model=embed_model)
+        raise KeyError("user bug")
+
+    with pytest.raises(KeyError, match="user bug"):
+        ayo_llamaindex.optimize(broken)(QUESTIONS[0], documents)
