@@ -12,6 +12,7 @@ function after one line: ``ayo_llamaindex.optimize(answer)``.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,17 @@ from llama_index.vector_stores.chroma import ChromaVectorStore
 from examples.common import EnginesConfig, answer_text, call_async
 
 FRAMEWORK = "llamaindex"
+
+
+def parse_choices(answer: str, num_choices: int) -> tuple[list[int], list[float]]:
+    """LLMRerank's answer parser, lenient for a small model.
+
+    Any "Doc: N" / "Document N" counts as a pick; when the model names no valid
+    document, the retriever's order stands, so reranking never empties the answer.
+    """
+    picks = [int(n) for n in re.findall(r"Doc(?:ument)?\s*:?\s*(\d+)", answer)]
+    picks = list(dict.fromkeys(p for p in picks if 1 <= p <= num_choices)) or list(range(1, num_choices + 1))
+    return picks, [1.0] * len(picks)
 
 
 def build_stock(cfg: EnginesConfig) -> Callable[[str, list[Document]], Any]:
@@ -56,7 +68,9 @@ def build_stock(cfg: EnginesConfig) -> Callable[[str, list[Document]], Any]:
             )
             query_engine = RetrieverQueryEngine.from_args(
                 retriever, llm=llm,
-                node_postprocessors=[LLMRerank(llm=llm, top_n=2, choice_batch_size=5)],
+                node_postprocessors=[
+                    LLMRerank(llm=llm, top_n=2, choice_batch_size=5, parse_choice_select_answer_fn=parse_choices)
+                ],
                 response_mode="refine", use_async=True,
             )
             return query_engine.query(question)
