@@ -117,6 +117,8 @@ def machine() -> dict[str, Any]:
 class AppPair:
     """The stock app and (when its adapter imports) the optimized one, built on one config."""
 
+    cache_reset_url: str | None = None  # set when the server lets us empty its prefix cache
+
     def __init__(self, name: str, cfg: EnginesConfig) -> None:
         self.name = name
         self.module = importlib.import_module(f"examples.{name}")
@@ -129,8 +131,6 @@ class AppPair:
             self.ayo_missing = f"{exc}"
             log.warning("%s: optimized app unavailable (%s); measuring stock only", name, exc)
 
-    cache_reset_url: str | None = None  # set when the server lets us empty its prefix cache
-
     async def cold_cache(self) -> None:
         """Empty the server's prefix cache so neither side inherits the other's prompts."""
         if self.cache_reset_url:
@@ -139,11 +139,12 @@ class AppPair:
 
     async def timed(self, which: str, item: dict[str, Any]) -> tuple[float, str, Any]:
         app = self.stock if which == "stock" else self.ayo
+        before = getattr(app, "last_trace", None)
         start = time.perf_counter()
         answer = await self.module.arun(app, item)
         elapsed = time.perf_counter() - start
         trace = getattr(app, "last_trace", None) if which == "ayo" else None
-        return elapsed, answer, trace
+        return elapsed, answer, (trace if trace is not before else None)  # a stale trace is no trace
 
 
 async def warm_up(pair: AppPair, sides: list[str], items: list[dict[str, Any]]) -> None:
