@@ -66,14 +66,14 @@ class Lowerer:
     nodes: list[Node] = field(default_factory=list)
     # dict-building node -> {key: producer node, "__base__": assign input}: prefill splitting reads it
     dict_sources: dict[str, dict[str, str]] = field(default_factory=dict)
-    # nodes whose value is known as soon as the query starts (the input, itemgetters of it)
-    early: set[str] = field(default_factory=set)
     # estimated seconds after the query's start at which each node's value exists
     ready: dict[str, float] = field(default_factory=dict)
+    # node -> how to approximate its value from a pipelined retrieval's parts (progressive prefill)
+    progress: dict[str, Any] = field(default_factory=dict)
     _n: int = 0
 
     def sub(self, parent: str) -> Lowerer:
-        return Lowerer(self.plan, self.run, prefix=f"{parent}/", early=set(self.early), ready=dict(self.ready))
+        return Lowerer(self.plan, self.run, prefix=f"{parent}/", ready=dict(self.ready), progress=dict(self.progress))
 
     def name(self, label: str) -> str:
         self._n += 1
@@ -167,10 +167,7 @@ class Lowerer:
         return self._call_node("parser", Op.TRANSFORM, m, src, cfg, COST["parser"])
 
     def _lower_pick(self, m: cap.Pick, src: str, cfg: RunnableConfig) -> str:
-        out = self._call_node("pick", Op.TRANSFORM, m, src, cfg, COST["parser"])
-        if src in self.early:
-            self.early.add(out)
-        return out
+        return self._call_node("pick", Op.TRANSFORM, m, src, cfg, COST["parser"])
 
     def _lower_opaque(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
         return self._call_node("opaque", Op.OPAQUE, m, src, cfg, COST["opaque"])
@@ -193,8 +190,10 @@ class Lowerer:
             return self._expand(name_box[0], out, src, patch_config(run_cfg, recursion_limit=limit - 1))
 
         name_box.append(self.add("lambda", Op.TRANSFORM, call, {"value": src}, m, cost=COST["lambda"]))
-        if m.inline and src in self.early:
-            self.early.add(name_box[0])
+        if src in self.progress:
+            follow = self.progress[src].then(lam)
+            if follow is not None:
+                self.progress[name_box[0]] = follow
         return name_box[0]
 
     def _expand(self, parent: str, runnable: Any, src: str, cfg: RunnableConfig) -> Expand:
@@ -233,7 +232,7 @@ class Lowerer:
 
     # ---- models ---------------------------------------------------------------------------
     def _lower_model(self, m: cap.Model, src: str, cfg: RunnableConfig, early: Any = None,
-                     parts: Callable[[str], list] | None = None) -> str:
+                     parts: Callable[[str], list] | None = None, finished: asyncio.Event | None = None) -> str:
         routed = self.plan.routed.get(id(m))
         if routed is None:  # an endpoint the engine does not serve: call the model as-is
             return self._call_node("model", Op.OPAQUE, m, src, cfg, COST["opaque"])
@@ -244,7 +243,11 @@ class Lowerer:
         async def decode(ctx: Any, prompt: Any, **_early: Any) -> Any:
             with route(Route(ctx.llm, on_delta=ctx.stream_cb)):
                 if not streaming:
-                    return await routed.ainvoke(prompt, run_cfg)
+                    try:
+                        return await routed.ainvoke(prompt, run_cfg)
+                    finally:
+                        if finished is not None:
+                            finished.set()
                 final = None
                 async for chunk in routed.astream(prompt, run_cfg):
                     sink.put_nowait(chunk)

@@ -164,7 +164,8 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
     retrieve = retrieve_fn(lw, m.retriever, chain_cfg)
     if pipelined:
         pv = lw.lower(steps[0], q_dict, chain_cfg)
-        gen = lw._lower_model(steps[1], pv, chain_cfg, parts=line_parts(steps[2].runnable))
+        generated = asyncio.Event()
+        gen = lw._lower_model(steps[1], pv, chain_cfg, parts=line_parts(steps[2].runnable), finished=generated)
         lines = lw.lower(steps[2], gen, chain_cfg)
 
         async def per_line(ctx: Any, line: str) -> tuple[str, list[Document]]:
@@ -192,7 +193,12 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
         await run_manager.on_retriever_end(docs)
         return docs
 
-    return lw.add("mq_union", Op.AGGREGATE, union, inputs, m, cost=COST["search"])
+    out = lw.add("mq_union", Op.AGGREGATE, union, inputs, m, cost=COST["search"])
+    if pipelined:
+        from ayo_langchain.prefill import Progress
+
+        lw.progress[out] = Progress(per, mq, generated=generated)
+    return out
 
 
 # ---- EnsembleRetriever -----------------------------------------------------------------

@@ -188,21 +188,25 @@ class OptimizedRunnable(Runnable):
         return self.wrapped.get_output_schema(config)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        self.last_traces = []
         return _loop.run_sync(self._invoke(input, config))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        self.last_traces = []
         return await _loop.run_async(self._invoke(input, config))
 
     def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
               return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
         if not inputs:
             return []
+        self.last_traces = []
         return _loop.run_sync(self._batch(inputs, config, return_exceptions))
 
     async def abatch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
                      return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
         if not inputs:
             return []
+        self.last_traces = []
         return await _loop.run_async(self._batch(inputs, config, return_exceptions))
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
@@ -244,13 +248,12 @@ class OptimizedRunnable(Runnable):
             async with gate:
                 return await self._invoke(inputs[i], configs[i])
 
-        self.last_traces = []
         return list(await asyncio.gather(*(one(i) for i in range(len(inputs))), return_exceptions=return_exceptions))
 
     def build_graph(self, run: QueryRun) -> Graph:
         """The query's primitive graph (lowered and, unless disabled, optimized by the core passes)."""
         t0 = time.perf_counter()
-        lw = Lowerer(self.plan, run, early={"input"})
+        lw = Lowerer(self.plan, run)
         g = Graph()
         g.input("input")
         out = lw.lower(self.plan.root, "input", run.cfg)
@@ -269,7 +272,7 @@ class OptimizedRunnable(Runnable):
             # the user's own exception, as the stock chain raises it
             raise _original(failed) from None
         self.last_trace = trace
-        self.last_traces.append(trace)
+        self.last_traces = [*self.last_traces[-1023:], trace]  # this batch's traces (reset per call)
         return value
 
     async def _astream(self, input: Any, config: RunnableConfig | None) -> AsyncIterator[Any]:
