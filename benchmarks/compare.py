@@ -448,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     from ayo_core.search_service import SearchService
 
     llm_given = bool(os.environ.get("AYO_LLM_URL"))
+    # A server we start exposes POST /reset_prefix_cache, so every run starts from an
+    # empty prefix cache and neither side profits from the other's cached prompts.
+    os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
     apps = list(APPS) if args.app == "all" else [args.app]
     with ExitStack() as stack:
         llm_url = stack.enter_context(serve_llm(dtype="float32"))
