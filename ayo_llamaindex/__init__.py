@@ -13,7 +13,10 @@ as the user's own object (shown by ``explain()``).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 __all__ = ["OptimizedFunction", "OptimizedQueryEngine", "optimize"]
 
@@ -34,6 +37,11 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
         from ayo_llamaindex.docqa import OptimizedFunction
 
         return OptimizedFunction(target, policy=policy)
+    if type(target).__module__.startswith("llama_index."):
+        # never refuse a LlamaIndex pipeline: what Ayo cannot optimize runs as it is
+        log.warning("ayo_llamaindex.optimize: %s is neither a query engine nor a function; returned unchanged",
+                    type(target).__name__)
+        return target
     raise TypeError(f"ayo_llamaindex.optimize() takes a LlamaIndex query engine or a function, got "
                     f"{type(target).__name__}; for an index, pass index.as_query_engine(...)")
 

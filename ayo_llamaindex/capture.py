@@ -80,6 +80,10 @@ class QueryEnginePlan:
                 out.append(llm)
         return out
 
+    def expands_query(self) -> bool:
+        """Whether an LLM decodes before retrieval needs the index (query expansion)."""
+        return any(isinstance(p, RetrieverPlan) and p.kind == "fusion" and p.obj.num_queries > 1 for p in self._all())
+
     def embed_bindings(self) -> list[EmbedBinding]:
         return [p.embed for p in self._all() if isinstance(p, RetrieverPlan) and p.embed is not None]
 

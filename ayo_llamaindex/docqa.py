@@ -129,7 +129,9 @@ def build_call_graph(state: CallState, query_engine: Any) -> tuple[Graph, Any, A
 
     plan = capture_query_engine(query_engine)
     pendings = [p for p in state.pending if not p.done.is_set()]
-    assign = assign_engines(plan.llm_bindings(), plan.embed_bindings() + [p.embed for p in pendings])
+    # indexing overlaps decoding when the query expands itself with an LLM before retrieval
+    assign = assign_engines(plan.llm_bindings(), plan.embed_bindings() + [p.embed for p in pendings],
+                            overlap=bool(pendings) and plan.expands_query())
     g = Graph(query_id="q")
     g.input("query")
     after = []

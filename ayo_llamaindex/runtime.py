@@ -23,9 +23,18 @@ from ayo_llamaindex.llm import LLMBinding, LLMRequest
 
 log = logging.getLogger(__name__)
 
-# Threads the embedding engine's worker uses. 1 leaves the second core to vLLM so
-# indexing overlaps decoding (the doc-QA speed-up); see the module docs of the engine.
-EMBED_THREADS = int(os.environ.get("AYO_EMBED_THREADS", "1"))
+# Threads of the embedding engine's worker. When indexing overlaps decoding (doc-QA with
+# query expansion) one thread leaves the second core to vLLM; otherwise torch's default
+# (all cores, as stock HuggingFaceEmbedding uses, which also gives stock's exact vectors).
+# AYO_EMBED_THREADS overrides both.
+OVERLAP_EMBED_THREADS = 1
+
+
+def embed_threads(overlap: bool) -> int | None:
+    forced = os.environ.get("AYO_EMBED_THREADS")
+    if forced:
+        return int(forced)
+    return OVERLAP_EMBED_THREADS if overlap else None
 
 
 class _LoopThread:
@@ -110,8 +119,9 @@ def _embed_key(binding: EmbedBinding) -> tuple:
     return tuple(sorted(binding.engine_options().items()))
 
 
-def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding]) -> EngineAssignment:
-    """Shared engines (``ayo_core.engines`` registry) for every recognized binding."""
+def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: bool = False) -> EngineAssignment:
+    """Shared engines (``ayo_core.engines`` registry) for every recognized binding; ``overlap``:
+    embedding runs alongside decoding (see :func:`embed_threads`)."""
     from ayo_core.engines import get_embedding_engine, get_llm_engine
 
     out = EngineAssignment()
@@ -126,7 +136,7 @@ def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding]) -> Engine
         if key is not None and key not in out.embed_kinds:
             kind = "embed" if not out.embed_kinds else f"embed{len(out.embed_kinds)}"
             out.embed_kinds[key] = kind
-            out.engines[kind] = get_embedding_engine(torch_threads=EMBED_THREADS, **e.engine_options())
+            out.engines[kind] = get_embedding_engine(torch_threads=embed_threads(overlap), **e.engine_options())
     return out
 
 
@@ -195,7 +205,7 @@ def direct_embed_send(binding: EmbedBinding) -> Callable[..., Awaitable[list[lis
         return None
     from ayo_core.engines import get_embedding_engine
 
-    engine = get_embedding_engine(torch_threads=EMBED_THREADS, **binding.engine_options())
+    engine = get_embedding_engine(torch_threads=embed_threads(False), **binding.engine_options())
 
     async def send(texts: list[str], kind: str = "text", batch_size: int | None = None) -> list[list[float]]:
         return await engine.aembed(list(texts), kind=kind)
