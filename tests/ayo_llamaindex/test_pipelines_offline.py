@@ -1,0 +1,80 @@
+"""Offline: configurations users write that Ayo only partly lowers (or not at all) still match stock."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from llama_index.core.query_engine import CitationQueryEngine
+from llama_index.core.schema import QueryBundle
+from llama_index.core.vector_stores import ExactMatchFilter, MetadataFilters
+
+import ayo_llamaindex
+from tests.ayo_llamaindex.conftest import QUESTIONS, FakeLLM, assert_same, compare
+
+
+@pytest.fixture
+def settings_llm(monkeypatch):
+    """Some LlamaIndex classes build parts from ``Settings.llm`` (OpenAI by default: needs a key)."""
+    from llama_index.core import Settings
+
+    monkeypatch.setattr(Settings, "_llm", FakeLLM())
+
+
+def test_streaming_response(index) -> None:
+    stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=2, streaming=True)
+    fast = ayo_llamaindex.optimize(stock)
+    s, f = stock.query(QUESTIONS[0]), fast.query(QUESTIONS[0])
+    assert type(f) is type(s)
+    assert "".join(f.response_gen) == "".join(s.response_gen)
+    assert [n.node.node_id for n in f.source_nodes] == [n.node.node_id for n in s.source_nodes]
+    assert "streaming=True" in fast.explain()
+
+
+@pytest.mark.parametrize("mode", ["accumulate", "compact_accumulate", "no_text", "generation", "context_only"])
+def test_other_response_modes_run_opaque(index, mode, settings_llm) -> None:
+    stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=3, response_mode=mode)
+    fast = ayo_llamaindex.optimize(stock)
+    compare(stock, fast)
+    assert "Opaque" in fast.explain()
+
+
+def test_mmr_and_metadata_filters(embed_model) -> None:
+    from llama_index.core import Document, VectorStoreIndex
+
+    docs = [Document(text=t, metadata={"kind": "data" if i % 2 else "algo"}) for i, t in enumerate(
+        ["json encodes objects", "heapq is a priority queue", "csv reads tables", "bisect keeps lists sorted"])]
+    index = VectorStoreIndex.from_documents(docs, embed_model=embed_model)
+    filters = MetadataFilters(filters=[ExactMatchFilter(key="kind", value="algo")])
+    for kwargs in ({"vector_store_query_mode": "mmr"}, {"filters": filters}):
+        stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=2, **kwargs)
+        compare(stock, ayo_llamaindex.optimize(stock))
+
+
+def test_query_engine_ayo_does_not_lower(index, settings_llm) -> None:
+    stock = CitationQueryEngine.from_args(index, llm=FakeLLM(), similarity_top_k=2)
+    fast = ayo_llamaindex.optimize(stock)
+    compare(stock, fast, by="content")  # citation nodes get fresh ids on every query
+    assert "CitationQueryEngine is a query engine Ayo does not lower" in fast.explain()
+
+
+def test_query_bundle_with_custom_embedding_strs(index) -> None:
+    stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=2)
+    fast = ayo_llamaindex.optimize(stock)
+    bundle = lambda: QueryBundle("what sorts?", custom_embedding_strs=["bisect sorted list", "heap queue"])  # noqa: E731
+    assert_same(stock.query(bundle()), fast.query(bundle()))
+
+
+def test_concurrent_callers_from_threads(index) -> None:
+    stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=3, response_mode="refine")
+    fast = ayo_llamaindex.optimize(stock)
+    questions = [f"{q} ({i})" for i in range(4) for q in QUESTIONS]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(fast.query, questions))
+    for q, f in zip(questions, got, strict=True):
+        assert_same(stock.query(q), f)
+
+
+def test_optimize_returns_unknown_llamaindex_objects_unchanged(index) -> None:
+    retriever = index.as_retriever()
+    assert ayo_llamaindex.optimize(retriever) is retriever
