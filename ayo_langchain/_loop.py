@@ -1,9 +1,9 @@
-"""One background event loop for every optimized runnable in the process.
+"""One background event loop that runs the sync methods of every optimized runnable.
 
-Why: engines hold per-loop state (HTTP connection pools, the runtime's schedulers)
-and the runtime's batching only works when all queries of a batch meet on one loop.
-Sync ``invoke``/``batch``/``stream`` submit to this loop and wait; ``ainvoke`` & co.
-await it from the caller's loop (which may be the same loop, e.g. inside a node).
+Why one long-lived loop rather than ``asyncio.run`` per call: the runtime's schedulers
+and the engines' HTTP clients keep per-loop state worth reusing, and concurrent sync
+calls from several threads should meet in one runtime so the engine schedulers batch
+them. Async methods do not come here: they run on the caller's loop, as stock does.
 """
 
 from __future__ import annotations
@@ -65,52 +65,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, loop()).result()
 
 
-async def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro`` running on the background loop (directly when already on it)."""
-    if _on_loop():
-        return await coro
-    fut = asyncio.run_coroutine_threadsafe(coro, loop())
-    try:
-        return await asyncio.wrap_future(fut)
-    except asyncio.CancelledError:
-        fut.cancel()
-        raise
-
-
 _END = object()
-
-
-async def aiter_on_loop(agen: AsyncIterator[T]) -> AsyncIterator[T]:
-    """Iterate an async generator that runs on the background loop, from the caller's loop."""
-    if _on_loop():
-        async for item in agen:
-            yield item
-        return
-    bg = loop()
-    caller = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump() -> None:
-        try:
-            async for item in agen:
-                caller.call_soon_threadsafe(queue.put_nowait, (item, None))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            caller.call_soon_threadsafe(queue.put_nowait, (_END, exc))
-            return
-        caller.call_soon_threadsafe(queue.put_nowait, (_END, None))
-
-    fut = asyncio.run_coroutine_threadsafe(pump(), bg)
-    try:
-        while True:
-            item, exc = await queue.get()
-            if item is _END:
-                if exc is not None:
-                    raise exc
-                return
-            yield item
-    finally:
-        if not fut.done():
-            fut.cancel()
 
 
 def iter_sync(agen: AsyncIterator[T]) -> Iterator[T]:

@@ -9,7 +9,7 @@ from ayo_langchain.capture import format_tree
 
 def explain(fast: Any) -> str:
     plan = fast.plan
-    lines = [f"Ayo plan for {fast.get_name()} (policy {plan.runtime.policy.name})", "", "modules:",
+    lines = [f"Ayo plan for {fast.get_name()} (policy {plan.policy})", "", "modules:",
              format_tree(plan.root, 1)]
     opaque = plan.capturer.opaque
     lines += ["", f"opaque ({len(opaque)}): " + ("none" if not opaque else "")]

@@ -87,7 +87,8 @@ def early_inputs(lowerer: Any, prompt_step: cap.Module, model_step: cap.Model,
     kwargs = {f"early_{i}": k for i, k in enumerate(early_keys)}
     inputs = {kw: sources[k] for kw, k in kwargs.items()}
     warm = Warmer(lowerer.plan, prompt_step.runnable, model_step, kwargs, late_keys)
-    if len(late_keys) == 1 and sources[late_keys[0]] in lowerer.progress:
+    if (lowerer.plan.options.progressive_prefill and len(late_keys) == 1
+            and sources[late_keys[0]] in lowerer.progress):
         progress = lowerer.progress[sources[late_keys[0]]]
         lowerer.add("progressive_prefill", Op.PARTIAL_PREFILL, warm.progressive(progress),
                     {"part": progress.per_node, **inputs}, model_step, engine="llm", cost=0.0,
@@ -139,6 +140,9 @@ class Warmer:
             try:
                 index = getattr(ctx.span, "part", None)
                 if index is None or state["off"]:
+                    return
+                if not isinstance(part[1], list):  # a failed retrieval: the query is failing anyway
+                    state["off"] = True
                     return
                 parts[index] = part[1]
                 async with lock:  # one prefill at a time, each for the longest prefix known then

@@ -125,6 +125,13 @@ def retrieve_fn(lw: Lowerer, m: cap.Module, cfg: RunnableConfig) -> Retrieve:
 
 
 # ---- MultiQueryRetriever ---------------------------------------------------------------
+class Failed:
+    """A per-query retrieval that raised (carried to the union node, which raises it)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
 def line_parts(parser: Any) -> Callable[[Any], list[str]]:
     """The ``parts`` function of the query-generation decode.
 
@@ -168,8 +175,13 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
         gen = lw._lower_model(steps[1], pv, chain_cfg, parts=line_parts(steps[2].runnable), finished=generated)
         lines = lw.lower(steps[2], gen, chain_cfg)
 
-        async def per_line(ctx: Any, line: str) -> tuple[str, list[Document]]:
-            return line, await retrieve(ctx, line)
+        async def per_line(ctx: Any, line: str) -> tuple[str, Any]:
+            # A failure is handed to the union, which raises it: a per-part task never fails on its
+            # own, so the query fails once, with the retriever's exception, from one node.
+            try:
+                return line, await retrieve(ctx, line)
+            except Exception as exc:  # noqa: BLE001 - re-raised by the union
+                return line, Failed(exc)
 
         per = lw.add("mq_retrieve", Op.SEARCH, per_line, {"line": gen}, m.retriever, engine="embed",
                      cost=COST["embed"] + COST["search"], meta={"per_part": "line"})
@@ -186,6 +198,9 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
             missing = [q for q in dict.fromkeys(queries) if q not in have]
             found = await asyncio.gather(*(retrieve(ctx, q) for q in missing))
             have.update(zip(missing, found, strict=True))
+            for q in queries:
+                if isinstance(have[q], Failed):
+                    raise have[q].exc
             docs = mq.unique_union([d for q in queries for d in have[q]])
         except BaseException as exc:
             await run_manager.on_retriever_error(exc)

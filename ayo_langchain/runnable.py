@@ -2,9 +2,11 @@
 
 Per input it opens the chain run (as ``RunnableSequence`` does, so callbacks, tags,
 metadata and run names behave), lowers the captured module tree into a primitive
-graph, optimizes it with the core passes and runs it on the shared runtime. All
-inputs of ``batch``/``abatch`` run on one runtime, so the engine schedulers batch
-and prioritize across them. Errors raised by the user's objects (a prompt missing a
+graph, optimizes it with the core passes and runs it on the runtime. All inputs of
+``batch``/``abatch`` (and concurrent calls on one event loop) share one runtime, so
+the engine schedulers batch and prioritize across them. Async methods run on the
+caller's event loop, as stock does (the user's async objects stay on their loop);
+sync methods run on Ayo's background loop (:mod:`ayo_langchain._loop`). Errors raised by the user's objects (a prompt missing a
 variable, a parser failing on the model's text, a retriever raising) come out as the
 very exception the stock chain raises.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +31,7 @@ from langchain_core.runnables.config import (
 )
 
 from ayo_core.graph import Graph
-from ayo_core.runtime import Engines, EngineScheduler, NodeFailed, Runtime
+from ayo_core.runtime import CostModel, Engines, EngineScheduler, NodeFailed, Runtime, SchedulerConfig
 from ayo_langchain import _loop
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
@@ -48,6 +51,8 @@ class Options:
     prefill_split: bool = True
     min_prefill_tokens: int = 32  # below one KV block (vLLM CPU: --block-size 32) a prefill warms nothing
     prefill_lead: float = 0.3  # split only when the late inputs are expected this many seconds after the early
+    progressive_prefill: bool = True  # warm the answer prompt as MultiQuery documents arrive
+    llm_inflight: int = 128  # LLM requests Ayo keeps at the server at once (vLLM batches them itself)
     exact_embeddings: bool = False  # True: embed each query alone (bit-identical vectors, no cross-query batching)
     passes: bool = True
     timeout: float | None = None
@@ -80,14 +85,33 @@ class Plan:
         self.llm: Any = None
         self.embed: Any = None
         self.own_runtime = runtime is None
-        self.runtime: Runtime | None = None
+        self.shared_runtime = runtime
+        self.costs = runtime.costs if runtime is not None else CostModel()  # learned per node, all loops
+        self._runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runtime] = weakref.WeakKeyDictionary()
         if runtime is None:
             self._register(self.root, discover=True)
-            runtime = Runtime(Engines(llm=self.llm, embed=self.embed), policy=options.policy)
         else:
             self.llm, self.embed = runtime.engines.llm, runtime.engines.embed
             self._register(self.root, discover=False)
-        self.runtime = runtime
+
+    def runtime(self) -> Runtime:
+        """The runtime for the running event loop (its schedulers hold loop-bound state)."""
+        if self.shared_runtime is not None:
+            return self.shared_runtime
+        loop = asyncio.get_running_loop()
+        rt = self._runtimes.get(loop)
+        if rt is None:
+            # The LLM scheduler admits as many requests as stock would have in flight: vLLM batches
+            # them (a small cap would shrink its batches) and orders them by the priority Ayo passes.
+            configs = {"llm": SchedulerConfig(max_inflight=self.options.llm_inflight)}
+            rt = Runtime(Engines(llm=self.llm, embed=self.embed), policy=self.options.policy, configs=configs,
+                         costs=self.costs)
+            self._runtimes[loop] = rt
+        return rt
+
+    @property
+    def policy(self) -> str:
+        return self.shared_runtime.policy.name if self.shared_runtime is not None else self.options.policy
 
     # ---- options the lowerers read ------------------------------------------------------
     @property
@@ -119,11 +143,13 @@ class Plan:
         module = self.capturer.capture(runnable)
         had = (self.llm, self.embed)
         self._register(module, discover=self.own_runtime)
-        if (self.llm, self.embed) != had and self.runtime is not None:  # first engines met at run time (a routing function's choice)
-            self.runtime.engines = Engines(llm=self.llm, embed=self.embed)
-            for kind, engine in self.runtime.engines.items():
-                if kind not in self.runtime.schedulers:
-                    self.runtime.schedulers[kind] = EngineScheduler(kind, engine, self.runtime.policy)
+        if (self.llm, self.embed) != had:  # first engines met at run time (a routing function's choice)
+            for rt in list(self._runtimes.values()):
+                rt.engines = Engines(llm=self.llm, embed=self.embed)
+                for kind, engine in rt.engines.items():
+                    if kind not in rt.schedulers:
+                        config = SchedulerConfig(max_inflight=self.options.llm_inflight) if kind == "llm" else None
+                        rt.schedulers[kind] = EngineScheduler(kind, engine, rt.policy, config)
         self._dynamic[id(runnable)] = (runnable, module)  # keeps runnable alive: ids stay unique
         return module
 
@@ -193,7 +219,7 @@ class OptimizedRunnable(Runnable):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         self.last_traces = []
-        return await _loop.run_async(self._invoke(input, config))
+        return await self._invoke(input, config)
 
     def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
               return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
@@ -207,13 +233,13 @@ class OptimizedRunnable(Runnable):
         if not inputs:
             return []
         self.last_traces = []
-        return await _loop.run_async(self._batch(inputs, config, return_exceptions))
+        return await self._batch(inputs, config, return_exceptions)
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         yield from _loop.iter_sync(self._astream(input, config))
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        async for chunk in _loop.aiter_on_loop(self._astream(input, config)):
+        async for chunk in self._astream(input, config):
             yield chunk
 
     # ---- execution ------------------------------------------------------------------
@@ -267,7 +293,7 @@ class OptimizedRunnable(Runnable):
         g = self.build_graph(run)
         self.last_graph = g
         try:
-            value, trace = await self.plan.runtime.run(g, {"input": input}, timeout=self.options.timeout)
+            value, trace = await self.plan.runtime().run(g, {"input": input}, timeout=self.options.timeout)
         except NodeFailed as failed:
             # the user's own exception, as the stock chain raises it
             raise _original(failed) from None

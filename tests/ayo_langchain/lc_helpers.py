@@ -60,6 +60,7 @@ class FakeOpenAIServer:
 
     def __init__(self, answer: Callable[[dict], str] = _answer) -> None:
         self.answer = answer
+        self.stream_delay = 0.0  # > 0: streamed answers trickle in (async clients only)
         self.requests: list[dict] = []
         self._lock = threading.Lock()
 
@@ -86,8 +87,9 @@ class FakeOpenAIServer:
         text = self.answer(body)
         usage = {"prompt_tokens": 10, "completion_tokens": len(text.split(" ")), "total_tokens": 20}
         if body.get("stream"):
-            return httpx.Response(200, content=_sse(body, text, chat, usage),
-                                  headers={"content-type": "text/event-stream"})
+            data = _sse(body, text, chat, usage)
+            content: Any = _trickle(data, self.stream_delay) if self.stream_delay else data
+            return httpx.Response(200, content=content, headers={"content-type": "text/event-stream"})
         choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
                   if chat else {"index": 0, "text": text, "finish_reason": "stop", "logprobs": None})
         return httpx.Response(200, json={"id": "cmpl-fake", "object": "chat.completion" if chat else "text_completion",
@@ -96,6 +98,14 @@ class FakeOpenAIServer:
 
     def completions(self) -> list[dict]:
         return [r for r in self.requests if not r["path"].endswith("/tokenize")]
+
+
+async def _trickle(data: bytes, delay: float) -> Any:
+    import asyncio
+
+    for event in data.split(b"\n\n"):
+        await asyncio.sleep(delay)
+        yield event + b"\n\n"
 
 
 def _sse(body: dict, text: str, chat: bool, usage: dict) -> bytes:
