@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -97,3 +97,56 @@ def iter_sync(agen: AsyncIterator[T]) -> Iterator[T]:
     finally:
         if not fut.done():
             fut.cancel()
+
+
+async def in_thread(source: AsyncIterator[Any] | None,
+                    pipeline: Callable[[Iterator[Any]], Iterator[Any]]) -> AsyncIterator[Any]:
+    """Run the sync iterator ``pipeline(chunks of source)`` in a worker thread; yield its items here."""
+    import queue as _queue
+
+    loop_ = asyncio.get_running_loop()
+    inbox: _queue.Queue = _queue.Queue()
+    outbox: asyncio.Queue = asyncio.Queue()
+
+    def chunks() -> Iterator[Any]:
+        while True:
+            item, exc = inbox.get()
+            if item is _END:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+
+    def work() -> None:
+        try:
+            for item in pipeline(chunks()):
+                loop_.call_soon_threadsafe(outbox.put_nowait, (item, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            loop_.call_soon_threadsafe(outbox.put_nowait, (_END, exc))
+            return
+        loop_.call_soon_threadsafe(outbox.put_nowait, (_END, None))
+
+    async def pump() -> None:
+        try:
+            if source is not None:
+                async for item in source:
+                    inbox.put((item, None))
+        except BaseException as exc:  # noqa: BLE001 - raised inside the pipeline's iterator
+            inbox.put((_END, exc))
+            return
+        inbox.put((_END, None))
+
+    feeder = asyncio.ensure_future(pump())
+    loop_.run_in_executor(None, work)
+    try:
+        while True:
+            item, exc = await outbox.get()
+            if item is _END:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:  # a consumer that stops early: the worker's iterator ends at the next chunk
+        if not feeder.done():
+            feeder.cancel()
+            inbox.put((_END, None))

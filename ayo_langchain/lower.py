@@ -54,6 +54,16 @@ class QueryRun:
     stream_to: Any = None  # the Model module whose chunks go to ``sink`` (astream)
     sink: asyncio.Queue | None = None
     tail_from: int | None = None  # top-level sequence steps from here run outside the graph (astream)
+    sync: bool = False  # the user called a sync method: user objects run their sync code, as in stock
+
+
+async def call_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
+    """Invoke a user object the way the stock chain would in this call: ``invoke`` (in a worker
+    thread) under a sync call, ``ainvoke`` under an async one (a sync-only object keeps working,
+    an async-only one fails, exactly as stock)."""
+    if run.sync:
+        return await asyncio.to_thread(runnable.invoke, value, cfg)
+    return await runnable.ainvoke(value, cfg)
 
 
 @dataclass
@@ -156,7 +166,7 @@ class Lowerer:
         run_cfg = leaf_config(cfg, m.wrappers, runnable)
 
         async def call(ctx: Any, value: Any) -> Any:
-            return await runnable.ainvoke(value, run_cfg)
+            return await call_user(self.run, runnable, value, run_cfg)
 
         return self.add(label, op, call, {"value": src}, m, cost=cost)
 
@@ -181,7 +191,12 @@ class Lowerer:
         name_box: list[str] = []
 
         async def call(ctx: Any, value: Any) -> Any:
-            out = await lam._acall_with_config(_lambda_body(lam, m.inline), value, run_cfg)
+            if self.run.sync:
+                if not hasattr(lam, "func"):  # async-only lambda under a sync call: stock's error
+                    return await asyncio.to_thread(lam.invoke, value, run_cfg)
+                out = await asyncio.to_thread(lam._call_with_config, _lambda_body_sync(lam), value, run_cfg)
+            else:
+                out = await lam._acall_with_config(_lambda_body(lam, m.inline), value, run_cfg)
             if not isinstance(out, Runnable):
                 return out
             limit = run_cfg["recursion_limit"]
@@ -218,7 +233,7 @@ class Lowerer:
             try:
                 chosen, tag = br.default, "branch:default"
                 for idx, (condition, runnable) in enumerate(br.branches):
-                    if await condition.ainvoke(value, child(run_cfg, run_manager, f"condition:{idx + 1}")):
+                    if await call_user(self.run, condition, value, child(run_cfg, run_manager, f"condition:{idx + 1}")):
                         chosen, tag = runnable, f"branch:{idx + 1}"
                         break
             except BaseException as exc:
@@ -289,6 +304,15 @@ def _lambda_body(lam: Any, inline: bool) -> Callable[..., Any]:
             return lam.func(value)
         return await run_in_executor(config, call_func_with_variable_args, lam.func, value, ensure_config(config),
                                      run_manager.get_sync())
+
+    return body
+
+
+def _lambda_body_sync(lam: Any) -> Callable[..., Any]:
+    """``RunnableLambda._invoke`` minus its last step (see ``_lambda_body``), for sync calls."""
+
+    def body(value: Any, run_manager: Any, config: RunnableConfig) -> Any:
+        return call_func_with_variable_args(lam.func, value, config, run_manager)
 
     return body
 

@@ -28,7 +28,7 @@ from langchain_core.runnables import RunnableConfig
 from ayo_core.graph import Op
 from ayo_langchain import capture as cap
 from ayo_langchain.callbacks import child, leaf_config, start_retriever_run
-from ayo_langchain.lower import COST, Lowerer
+from ayo_langchain.lower import COST, Lowerer, call_user
 
 Retrieve = Callable[[Any, str], Awaitable[list[Document]]]
 _MMR_KEYS = ("k", "fetch_k", "lambda_mult", "filter", "where_document")
@@ -76,7 +76,7 @@ def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableCon
 
     async def embed(ctx: Any, query: Any) -> Any:
         if not isinstance(query, str):  # let the stock retriever raise (or cope) exactly as it would
-            return _Done(await retriever.ainvoke(query, run_cfg))
+            return _Done(await call_user(lw.run, retriever, query, run_cfg))
         run_manager = await start_retriever_run(retriever, query, run_cfg)
         try:
             return (run_manager, await embed_query(ctx, plan, m.embeddings, query))
@@ -106,7 +106,7 @@ def retrieve_fn(lw: Lowerer, m: cap.Module, cfg: RunnableConfig) -> Retrieve:
     run_cfg = leaf_config(cfg, m.wrappers, retriever)
     if not (isinstance(m, cap.VectorRetriever) and plan.serves_embeddings(m.embeddings)):
         async def call(ctx: Any, query: str) -> list[Document]:
-            return await retriever.ainvoke(query, run_cfg)
+            return await call_user(lw.run, retriever, query, run_cfg)
 
         return call
 

@@ -215,7 +215,7 @@ class OptimizedRunnable(Runnable):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         self.last_traces = []
-        return _loop.run_sync(self._invoke(input, config))
+        return _loop.run_sync(self._invoke(input, config, sync=True))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         self.last_traces = []
@@ -226,7 +226,7 @@ class OptimizedRunnable(Runnable):
         if not inputs:
             return []
         self.last_traces = []
-        return _loop.run_sync(self._batch(inputs, config, return_exceptions))
+        return _loop.run_sync(self._batch(inputs, config, return_exceptions, sync=True))
 
     async def abatch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
                      return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
@@ -236,7 +236,7 @@ class OptimizedRunnable(Runnable):
         return await self._batch(inputs, config, return_exceptions)
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
-        yield from _loop.iter_sync(self._astream(input, config))
+        yield from _loop.iter_sync(self._astream(input, config, sync=True))
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         async for chunk in self._astream(input, config):
@@ -249,30 +249,31 @@ class OptimizedRunnable(Runnable):
             config = w._merge_configs(config)
         return config
 
-    async def _invoke(self, input: Any, config: RunnableConfig | None) -> Any:
+    async def _invoke(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> Any:
         config = self._top_config(config)
         manager = get_async_callback_manager_for_config(config)
         run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
                                                    run_id=config.pop("run_id", None))
         try:
-            value = await self._execute(input, QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()),
-                                                        run_manager=run_manager))
+            run = QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager,
+                           sync=sync)
+            value = await self._execute(input, run)
         except BaseException as exc:
             await run_manager.on_chain_error(exc)
             raise
         await run_manager.on_chain_end(value)
         return value
 
-    async def _batch(self, inputs: list[Any], config: Any, return_exceptions: bool) -> list[Any]:
+    async def _batch(self, inputs: list[Any], config: Any, return_exceptions: bool, sync: bool = False) -> list[Any]:
         configs = get_config_list(config, len(inputs))
         limit = configs[0].get("max_concurrency")
         gate = asyncio.Semaphore(limit) if limit else None
 
         async def one(i: int) -> Any:
             if gate is None:
-                return await self._invoke(inputs[i], configs[i])
+                return await self._invoke(inputs[i], configs[i], sync)
             async with gate:
-                return await self._invoke(inputs[i], configs[i])
+                return await self._invoke(inputs[i], configs[i], sync)
 
         return list(await asyncio.gather(*(one(i) for i in range(len(inputs))), return_exceptions=return_exceptions))
 
@@ -301,12 +302,13 @@ class OptimizedRunnable(Runnable):
         self.last_traces = [*self.last_traces[-1023:], trace]  # this batch's traces (reset per call)
         return value
 
-    async def _astream(self, input: Any, config: RunnableConfig | None) -> AsyncIterator[Any]:
+    async def _astream(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> AsyncIterator[Any]:
         config = self._top_config(config)
         manager = get_async_callback_manager_for_config(config)
         run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
                                                    run_id=config.pop("run_id", None))
-        run = QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager)
+        run = QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager,
+                       sync=sync)
         final: Any = None
         try:
             async for chunk in self._stream_chunks(input, run):
@@ -318,6 +320,7 @@ class OptimizedRunnable(Runnable):
         await run_manager.on_chain_end(final)
 
     async def _stream_chunks(self, input: Any, run: QueryRun) -> AsyncIterator[Any]:
+        """Stock streaming: the last model of the top sequence streams, later steps transform its chunks."""
         root = self.plan.root
         steps = root.steps if isinstance(root, cap.Sequence) else [root]
         at = _last_model(steps)
@@ -325,24 +328,35 @@ class OptimizedRunnable(Runnable):
             yield await self._execute(input, run)
             return
         top = isinstance(root, cap.Sequence)
-        chunks = await self._model_chunks(input, run, steps, at, top)
-        for j in range(at + 1, len(steps)):
-            step = steps[j]
-            cfg = child(run.cfg, run.run_manager, f"seq:step:{j + 1}") if top else run.cfg
-            chunks = step.runnable.atransform(chunks, leaf_config(cfg, step.wrappers, step.runnable))
-        async for chunk in chunks:
-            yield chunk
 
-    async def _model_chunks(self, input: Any, run: QueryRun, steps: list, at: int, top: bool) -> AsyncIterator[Any]:
+        def cfg_of(j: int) -> RunnableConfig:
+            cfg = child(run.cfg, run.run_manager, f"seq:step:{j + 1}") if top else run.cfg
+            return leaf_config(cfg, steps[j].wrappers, steps[j].runnable)
+
         model = steps[at]
-        cfg = child(run.cfg, run.run_manager, f"seq:step:{at + 1}") if top else run.cfg
+        first: Any = None
         if id(model) in self.plan.routed:
             run.stream_to, run.sink, run.tail_from = model, asyncio.Queue(), at
-            return self._sink_chunks(input, run)
-        # a model Ayo does not route: the graph computes its input, the model streams as-is
-        run.tail_from = at - 1
-        prefix = await self._execute(input, run) if at > 0 else input
-        return model.runnable.astream(prefix, leaf_config(cfg, model.wrappers, model.runnable))
+            source: AsyncIterator[Any] | None = self._sink_chunks(input, run)
+        else:  # a model Ayo does not route: the graph computes its input, the model streams as-is
+            run.tail_from = at - 1
+            prefix = await self._execute(input, run) if at > 0 else input
+            source = None if run.sync else model.runnable.astream(prefix, cfg_of(at))
+            first = (lambda: model.runnable.stream(prefix, cfg_of(at))) if run.sync else None
+        if run.sync:  # the user's steps run their sync transform, in a worker thread, as in stock
+            def pipeline(chunks: Iterator[Any]) -> Iterator[Any]:
+                it = first() if first is not None else chunks
+                for j in range(at + 1, len(steps)):
+                    it = steps[j].runnable.transform(it, cfg_of(j))
+                return it
+
+            chunks: AsyncIterator[Any] = _loop.in_thread(source, pipeline)
+        else:
+            chunks = source
+            for j in range(at + 1, len(steps)):
+                chunks = steps[j].runnable.atransform(chunks, cfg_of(j))
+        async for chunk in chunks:
+            yield chunk
 
     async def _sink_chunks(self, input: Any, run: QueryRun) -> AsyncIterator[Any]:
         sink = run.sink

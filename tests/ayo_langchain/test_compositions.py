@@ -170,3 +170,42 @@ def test_top_level_non_sequence(fake_server: Any, kind: str) -> None:
         chain = RunnableLambda(lambda d: d["x"] * 2)
         fast = ayo_langchain.optimize(chain)
     check_equivalent(chain, fast, [{"x": "json"}], stream=False)
+
+
+def test_assorted_user_patterns(fake_server: Any, vectorstore: Any) -> None:
+    """Shapes users write that the other tests do not: chained assigns, pick, nested dicts, a lambda
+    taking config, retries and fallbacks (opaque), a generator at the end, a routing lambda
+    returning a lambda, documents straight into the output."""
+    from collections.abc import Iterator
+
+    from langchain_core.runnables import RunnableConfig, RunnableGenerator
+
+    llm = fake_chat(fake_server)
+    retriever = vectorstore.as_retriever(search_kwargs={"k": 2})
+
+    def with_config(x: dict, config: RunnableConfig) -> dict:
+        return {**x, "user": (config.get("metadata") or {}).get("user", "nobody")}
+
+    def upper(chunks: Iterator[str]) -> Iterator[str]:
+        for c in chunks:
+            yield c.upper()
+
+    chains = [
+        (RunnablePassthrough.assign(docs=itemgetter("question") | retriever)
+         .assign(context=lambda x: format_docs(x["docs"]))
+         .assign(answer=PROMPT | llm | StrOutputParser()).pick(["answer", "docs"])),
+        ({"outer": {"q": itemgetter("question"), "n": lambda x: len(x["question"])}, "question": itemgetter("question")}
+         | RunnableLambda(with_config) | RunnableLambda(lambda x: {"question": x["question"], "context": f"{x['outer']['n']} {x['user']}"})
+         | PROMPT | llm.with_retry(stop_after_attempt=2) | StrOutputParser() | RunnableGenerator(upper)),
+        ({"context": itemgetter("question") | retriever | format_docs, "question": itemgetter("question")}
+         | PROMPT | llm.with_fallbacks([llm]) | StrOutputParser()),
+        RunnableLambda(lambda x: RunnableLambda(lambda y: y["question"][::-1]) if x["question"] else llm),
+    ]
+    inputs = [{"question": q} for q in QUESTIONS]
+    for chain in chains:
+        fast = ayo_langchain.optimize(chain)
+        check_equivalent(chain, fast, inputs)
+    # per-input configs in a batch
+    chain = chains[1]
+    configs = [{"metadata": {"user": "a"}}, {"metadata": {"user": "b"}}]
+    assert ayo_langchain.optimize(chain).batch(inputs, configs) == chain.batch(inputs, configs)
