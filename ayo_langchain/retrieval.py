@@ -168,36 +168,59 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
     q_dict = lw.add("mq_question", Op.TRANSFORM, question, {"state": started}, m)
     # the retriever's inner runs hang under the query's run, untagged (as under the retriever's run in stock)
     chain_cfg = child(run_cfg, lw.run.run_manager)
-    retrieve = retrieve_fn(lw, m.retriever, chain_cfg)
+    retrieve = _capturing(retrieve_fn(lw, m.retriever, chain_cfg))
+    inputs = {"state": started}
+    if mq.include_original:  # the original question needs no generation: retrieve it right away
+
+        async def original(ctx: Any, state: dict) -> list[tuple[str, Any]]:
+            return [await retrieve(ctx, state["question"])]
+
+        inputs["first"] = lw.add("mq_original", Op.SEARCH, original, {"state": started}, m.retriever,
+                                 engine="embed", cost=COST["embed"] + COST["search"])
     if pipelined:
         pv = lw.lower(steps[0], q_dict, chain_cfg)
         generated = asyncio.Event()
         gen = lw._lower_model(steps[1], pv, chain_cfg, parts=line_parts(steps[2].runnable), finished=generated)
-        lines = lw.lower(steps[2], gen, chain_cfg)
-
-        async def per_line(ctx: Any, line: str) -> tuple[str, Any]:
-            # A failure is handed to the union, which raises it: a per-part task never fails on its
-            # own, so the query fails once, with the retriever's exception, from one node.
-            try:
-                return line, await retrieve(ctx, line)
-            except Exception as exc:  # noqa: BLE001 - re-raised by the union
-                return line, Failed(exc)
-
-        per = lw.add("mq_retrieve", Op.SEARCH, per_line, {"line": gen}, m.retriever, engine="embed",
-                     cost=COST["embed"] + COST["search"], meta={"per_part": "line"})
-        inputs = {"state": started, "lines": lines, "per": per}
+        inputs["lines"] = lw.lower(steps[2], gen, chain_cfg)
+        inputs["per"] = lw.add("mq_retrieve", Op.SEARCH, retrieve, {"line": gen}, m.retriever, engine="embed",
+                               cost=COST["embed"] + COST["search"], meta={"per_part": "line"})
     else:
-        lines = lw.lower(m.llm_chain, q_dict, chain_cfg)
-        inputs = {"state": started, "lines": lines}
+        inputs["lines"] = lw.lower(m.llm_chain, q_dict, chain_cfg)
+    out = lw.add("mq_union", Op.AGGREGATE, _union(mq, retrieve), inputs, m, cost=COST["search"])
+    if pipelined:
+        from ayo_langchain.prefill import Progress
 
-    async def union(ctx: Any, state: dict, lines: list[str], per: list | None = None) -> list[Document]:
+        lw.progress[out] = Progress(inputs["per"], mq, generated=generated)
+    return out
+
+
+def _capturing(retrieve: Retrieve) -> Callable[..., Awaitable[tuple[str, Any]]]:
+    """``retrieve`` returning ``(query, docs)``, or ``(query, Failed(exc))`` when it raises.
+
+    The union raises the failure: a per-part task never fails on its own, so the query fails
+    once, with the retriever's own exception, from one node.
+    """
+
+    async def run(ctx: Any, line: str) -> tuple[str, Any]:
+        try:
+            return line, await retrieve(ctx, line)
+        except Exception as exc:  # noqa: BLE001 - re-raised by the union
+            return line, Failed(exc)
+
+    return run
+
+
+def _union(mq: Any, retrieve: Callable[..., Awaitable[tuple[str, Any]]]) -> Callable[..., Any]:
+    """The union node: the parser's queries (+ the original), each one's documents, ``unique_union``."""
+
+    async def union(ctx: Any, state: dict, lines: list[str], per: list | None = None,
+                    first: list | None = None) -> list[Document]:
         run_manager = state["_run"]
         try:
             queries = list(lines) + ([state["question"]] if mq.include_original else [])
-            have = dict(per or [])
+            have = {**dict(first or []), **dict(per or [])}
             missing = [q for q in dict.fromkeys(queries) if q not in have]
-            found = await asyncio.gather(*(retrieve(ctx, q) for q in missing))
-            have.update(zip(missing, found, strict=True))
+            have.update(await asyncio.gather(*(retrieve(ctx, q) for q in missing)))
             for q in queries:
                 if isinstance(have[q], Failed):
                     raise have[q].exc
@@ -208,12 +231,7 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
         await run_manager.on_retriever_end(docs)
         return docs
 
-    out = lw.add("mq_union", Op.AGGREGATE, union, inputs, m, cost=COST["search"])
-    if pipelined:
-        from ayo_langchain.prefill import Progress
-
-        lw.progress[out] = Progress(per, mq, generated=generated)
-    return out
+    return union
 
 
 # ---- EnsembleRetriever -----------------------------------------------------------------
