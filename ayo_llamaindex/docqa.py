@@ -114,7 +114,8 @@ class OptimizedFunction:
         lines = ["== traced calls (last call) =="]
         lines += state.modules or ["(no LlamaIndex call Ayo follows was seen: the function ran stock)"]
         if state.graph is not None:
-            lines += ["", "== primitive graph ==", state.graph.format(), explain_mod.passes_line(state.graph)]
+            lines += ["", "== primitive graph ==", state.graph.format(), explain_mod.passes_line(state.graph),
+                      *explain_mod.speculation_lines(state.graph)]
         lines += ["", "ran stock (tracing could not follow):" if state.notes else "ran stock: nothing"]
         lines += [f"  {n}" for n in state.notes]
         lines += ["", *explain_mod.trace_lines(state.trace)]

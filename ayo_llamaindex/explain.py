@@ -45,7 +45,16 @@ def opaque_lines(opaque: list[tuple[str, str]]) -> list[str]:
         f"  {name}: {reason}" for name, reason in opaque]
 
 
+def speculation_lines(graph: Any) -> list[str]:
+    board = graph.meta.get("speculation")
+    if board is None:
+        return []
+    return [f"speculative synthesis (starts while LLMRerank decodes; kept only if the rerank picks the same "
+            f"chunks): {board.hits} used, {board.misses} discarded"]
+
+
 def explain_query_engine(plan: QueryEnginePlan, graph: Any, trace: Any) -> str:
     lines = ["== module graph ==", *describe(plan), "", "== primitive graph ==", graph.format(),
-             passes_line(graph), "", *opaque_lines(plan.opaque_modules()), "", *trace_lines(trace)]
+             passes_line(graph), *speculation_lines(graph), "", *opaque_lines(plan.opaque_modules()), "",
+             *trace_lines(trace)]
     return "\n".join(lines)

@@ -26,7 +26,7 @@ from typing import Any
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph, Node, Op
-from ayo_llamaindex import postprocess, prefill, retrieval, synthesis
+from ayo_llamaindex import postprocess, prefill, retrieval, speculation, synthesis
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
 from ayo_llamaindex.runtime import EngineAssignment, embed_send, llm_send
 
@@ -48,11 +48,57 @@ def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_aft
         g.output("query_engine")
         return g
     nodes = lower_retriever(g, plan.retriever, assign, query_input, extra_after)
+    board = speculation_board(plan, assign)
+    if board is not None:
+        g.meta["speculation"] = board
     for i, pp in enumerate(plan.postprocessors):
-        nodes = lower_postprocessor(g, pp, assign, f"post{i}", query_input, nodes)
-    out = lower_synthesizer(g, plan.synthesizer, assign, query_input, nodes)
+        last = i == len(plan.postprocessors) - 1
+        nodes = lower_postprocessor(g, pp, assign, f"post{i}", query_input, nodes, board if last else None)
+    out = lower_synthesizer(g, plan.synthesizer, assign, query_input, nodes, board)
     g.output(out)
     return g
+
+
+class SpeculationBoard:
+    """Per-query ``RerankSpeculation`` objects shared by a rerank's nodes and the synthesize node."""
+
+    def __init__(self, plan: SynthesizerPlan, assign: EngineAssignment) -> None:
+        self.by_query: dict[str, speculation.RerankSpeculation] = {}
+        self.synthesize_text = synthesis_runner(plan, assign)
+        self.hits = self.misses = 0
+
+    async def start(self, ctx: Any, query_str: str, selection: list) -> Any:
+        """The speculative synthesis, recorded in the query's trace as its own span."""
+        from ayo_core.trace import NodeSpan
+
+        loop = asyncio.get_running_loop()
+        span = NodeSpan(ctx.query_id, "synthesize.speculative", "synthesizer", Op.DECODE.value,
+                        ctx.node.engine, loop.time())
+        if ctx.trace is not None:
+            ctx.trace.nodes.append(span)
+        try:
+            return await self.synthesize_text(ctx, query_str, selection)
+        except BaseException:
+            span.status = "cancelled"
+            raise
+        finally:
+            span.end = loop.time()
+
+    def pop(self, query_id: str, cancel: bool = True) -> speculation.RerankSpeculation | None:
+        spec = self.by_query.pop(query_id, None)
+        if spec is not None and cancel:
+            spec.cancel()
+        return spec
+
+
+def speculation_board(plan: QueryEnginePlan, assign: EngineAssignment) -> SpeculationBoard | None:
+    """A board when the last postprocessor is a streamable LLMRerank feeding a lowered synthesizer."""
+    if not plan.postprocessors or plan.synthesizer is None or plan.synthesizer.mode is None:
+        return None
+    last = plan.postprocessors[-1]
+    if last.kind != "llm_rerank" or assign.llm_kind(last.llm) is None:
+        return None
+    return SpeculationBoard(plan.synthesizer, assign)
 
 
 # -- retrieval ---------------------------------------------------------------------------------
@@ -161,7 +207,7 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
 # -- postprocessors ----------------------------------------------------------------------------
 
 def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignment, name: str, query: str,
-                        nodes: str) -> str:
+                        nodes: str, board: SpeculationBoard | None = None) -> str:
     pp = plan.obj
     module = f"postprocessor[{name[4:]}]"
     if plan.kind != "llm_rerank":
@@ -174,12 +220,27 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
         return name
     llm, kind = plan.llm, assign.llm_kind(plan.llm)
 
-    def batches(ctx: Any, nodes: list) -> list:
-        return pp._get_node_batches(nodes)
+    def batches(ctx: Any, query: QueryBundle, nodes: list) -> list:
+        out = pp._get_node_batches(nodes)
+        if board is not None and out:
+            board.pop(ctx.query_id)
+            board.by_query[ctx.query_id] = speculation.RerankSpeculation(
+                pp, out, lambda c, selection: board.start(c, query.query_str, selection))
+        return out
 
     async def choose(ctx: Any, query: QueryBundle, batch: list) -> str:
-        return await llm.predict(llm_send(ctx, kind), pp.choice_select_prompt,
-                                 **pp._get_predict_kwargs(batch, query.query_str))
+        spec = board.by_query.get(ctx.query_id) if board is not None else None
+        stream_cb = None
+        if spec is not None:
+            spec.ctx, index = ctx, spec.index_of(batch)
+            stream_cb = lambda delta: spec.on_delta(index, delta)  # noqa: E731
+        try:
+            return await llm.predict(llm_send(ctx, kind), pp.choice_select_prompt, stream_cb=stream_cb,
+                                     **pp._get_predict_kwargs(batch, query.query_str))
+        except BaseException:
+            if board is not None:
+                board.pop(ctx.query_id)
+            raise
 
     def merge(ctx: Any, batches: list, raw: list[str]) -> list:
         initial = []
@@ -187,7 +248,8 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
             initial.extend(pp._parse_raw_response(raw_response, batch))
         return sorted(initial, key=lambda x: x.score or 0.0, reverse=True)[: pp.top_n]
 
-    g.add(Node(f"{name}.batches", Op.TRANSFORM, fn=batches, inputs={"nodes": nodes}, module=module, cost=0.001))
+    g.add(Node(f"{name}.batches", Op.TRANSFORM, fn=batches, inputs={"query": query, "nodes": nodes}, module=module,
+               cost=0.001))
     g.add(Node(f"{name}.choose", Op.DECODE, fn=choose, inputs={"query": query, "batch": f"{name}.batches"},
                engine=kind or "local", module=module, batchable=True, cost=1.0, meta={"per_part": "batch"}))
     g.add(Node(f"{name}.merge", Op.AGGREGATE, fn=merge, module=module, cost=0.001,
@@ -197,7 +259,23 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
 
 # -- synthesis ---------------------------------------------------------------------------------
 
-def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment, query: str, nodes: str) -> str:
+def synthesis_runner(plan: SynthesizerPlan, assign: EngineAssignment) -> Any:
+    """``async (ctx, query_str, nodes) -> response text`` for a lowered synthesizer."""
+    synth, llm, kind, mode = plan.obj, plan.llm, assign.llm_kind(plan.llm), plan.mode
+
+    async def synthesize_text(ctx: Any, query_str: str, nodes: list) -> Any:
+        send = llm_send(ctx, kind)
+
+        async def predict(template: Any, **kwargs: Any) -> str:
+            return await llm.predict(send, template, **kwargs)
+
+        return await synthesis.run_synthesis(synth, mode, query_str, synthesis.source_texts(nodes), predict)
+
+    return synthesize_text
+
+
+def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment, query: str, nodes: str,
+                      board: SpeculationBoard | None = None) -> str:
     synth = plan.obj
     if plan.mode is None:
         async def run_opaque(ctx: Any, query: QueryBundle, nodes: list) -> Any:
@@ -206,17 +284,22 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
         g.add(Node("synthesize", Op.OPAQUE, fn=run_opaque, inputs={"query": query, "nodes": nodes},
                    module="synthesizer", cost=1.0, meta={"reason": plan.reason}))
         return "synthesize"
-    llm, kind, mode = plan.llm, assign.llm_kind(plan.llm), plan.mode
+    kind, mode = assign.llm_kind(plan.llm), plan.mode
+    synthesize_text = synthesis_runner(plan, assign)
 
     async def run(ctx: Any, query: QueryBundle, nodes: list) -> Any:
+        spec = board.pop(ctx.query_id, cancel=False) if board is not None else None
         if len(nodes) == 0:
+            if spec is not None:
+                spec.cancel()
             return synthesis.empty_response(synth)
-        send = llm_send(ctx, kind)
-
-        async def predict(template: Any, **kwargs: Any) -> str:
-            return await llm.predict(send, template, **kwargs)
-
-        text = await synthesis.run_synthesis(synth, mode, query.query_str, synthesis.source_texts(nodes), predict)
+        if spec is not None:
+            used, text = await spec.take(nodes)
+            if used:
+                board.hits += 1
+                return synthesis.prepare_response(synth, text, nodes)
+            board.misses += spec.starts > 0
+        text = await synthesize_text(ctx, query.query_str, nodes)
         return synthesis.prepare_response(synth, text, nodes)
 
     meta: dict[str, Any] = {"mode": mode}

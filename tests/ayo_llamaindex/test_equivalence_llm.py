@@ -135,3 +135,21 @@ def test_docqa_function(llm_url, embed_model, documents, tmp_path) -> None:
     fast = ayo_llamaindex.optimize(answer)
     assert_same(answer(QUESTIONS[0], documents), fast(QUESTIONS[0], documents), by="content")
     assert "ingest0.embed" in fast.explain()
+
+
+def test_rerank_speculation_keeps_stock_answers(llm_url, index) -> None:
+    """A lenient rerank parser (as examples/advanced_rag.py) lets synthesis start during the rerank
+    decode; answers and sources must still be stock's."""
+    import re
+
+    def parse_choices(answer: str, num_choices: int):
+        picks = [int(n) for n in re.findall(r"Doc(?:ument)?\s*:?\s*(\d+)", answer)]
+        picks = list(dict.fromkeys(p for p in picks if 1 <= p <= num_choices)) or list(range(1, num_choices + 1))
+        return picks, [1.0] * len(picks)
+
+    llm = make_llm(llm_url, max_tokens=48)
+    stock = index.as_query_engine(llm=llm, similarity_top_k=4, response_mode="refine", node_postprocessors=[
+        LLMRerank(llm=llm, top_n=2, choice_batch_size=4, parse_choice_select_answer_fn=parse_choices)])
+    fast = ayo_llamaindex.optimize(stock)
+    compare(stock, fast)
+    assert "speculative synthesis" in fast.explain()
