@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ from ayo_langchain.openai_route import routed_copy
 
 log = logging.getLogger(__name__)
 _END = object()
+DYNAMIC_CACHE = 256  # runnables met at run time whose capture is kept
 
 
 @dataclass
@@ -79,7 +81,7 @@ class Plan:
         for m in _walk(self.root):
             m.wrappers = m.wrappers[len(self.top_wrappers):]
         self.routed: dict[int, Any] = {}
-        self._dynamic: dict[int, tuple[Any, cap.Module]] = {}
+        self._dynamic: OrderedDict[int, tuple[Any, cap.Module]] = OrderedDict()
         self.llm_endpoint: tuple[str, str] | None = None
         self.embed_folder: str | None = None
         self.llm: Any = None
@@ -139,6 +141,7 @@ class Plan:
         """Capture a runnable met at run time (a branch arm, a routing function's choice)."""
         hit = self._dynamic.get(id(runnable))
         if hit is not None and hit[0] is runnable:
+            self._dynamic.move_to_end(id(runnable))
             return hit[1]
         module = self.capturer.capture(runnable)
         had = (self.llm, self.embed)
@@ -151,6 +154,11 @@ class Plan:
                         config = SchedulerConfig(max_inflight=self.options.llm_inflight) if kind == "llm" else None
                         rt.schedulers[kind] = EngineScheduler(kind, engine, rt.policy, config)
         self._dynamic[id(runnable)] = (runnable, module)  # keeps runnable alive: ids stay unique
+        # A routing function may build a new runnable per call: keep the most recent ones only.
+        while len(self._dynamic) > DYNAMIC_CACHE:
+            _, (_, old) = self._dynamic.popitem(last=False)
+            for m in _walk(old):
+                self.routed.pop(id(m), None)
         return module
 
     def _register(self, module: cap.Module, discover: bool) -> None:
