@@ -120,7 +120,17 @@ class Warmer:
         toks = await asyncio.gather(*(ctx.llm.tokenize(**r) for r in renders))
         return toks[0][: max(0, _common_prefix(toks[0], toks[1]) - SAFETY_TOKENS)]
 
+    def busy(self) -> bool:
+        """The engine already serves enough real work: a warm-up would only take compute from it."""
+        try:
+            stats = self.plan.runtime().statistics().get("llm")
+        except Exception:  # noqa: BLE001 - no statistics: assume idle
+            return False
+        return stats is not None and stats.running_requests >= self.plan.options.warmup_max_busy
+
     async def static(self, ctx: Any, **early: Any) -> Any:
+        if self.busy():
+            return None
         try:
             ids = await self.prefix(ctx, self.values(early))
             if len(ids) < self.plan.min_prefill_tokens:
@@ -146,7 +156,7 @@ class Warmer:
                     return
                 parts[index] = part[1]
                 async with lock:  # one prefill at a time, each for the longest prefix known then
-                    if not progress.generated.is_set():
+                    if not progress.generated.is_set() and not self.busy():
                         await self._advance(ctx, progress, parts, state, early)
             except Exception as exc:  # noqa: BLE001 - never fail the query over a warm cache
                 state["off"] = True

@@ -54,6 +54,7 @@ class Options:
     min_prefill_tokens: int = 32  # below one KV block (vLLM CPU: --block-size 32) a prefill warms nothing
     prefill_lead: float = 0.3  # split only when the late inputs are expected this many seconds after the early
     progressive_prefill: bool = True  # warm the answer prompt as MultiQuery documents arrive
+    warmup_max_busy: int = 4  # no warm-up while this many LLM requests of the runtime are running
     llm_inflight: int = 128  # LLM requests Ayo keeps at the server at once (vLLM batches them itself)
     exact_embeddings: bool = False  # True: embed each query alone (bit-identical vectors, no cross-query batching)
     passes: bool = True
