@@ -106,3 +106,20 @@ def test_listeners_binding_stays_opaque_and_works() -> None:
     assert fast.invoke(3) == chain.invoke(3) == 7
     assert len(seen) == 2
     assert "listeners" in fast.explain()
+
+
+def test_astream_events_and_bare_model(fake_server: Any) -> None:
+    import asyncio
+
+    llm = fake_chat(fake_server)
+    chain = PromptTemplate.from_template("Say {x}") | llm | StrOutputParser()
+    fast = ayo_langchain.optimize(chain)
+
+    async def kinds(r: Any) -> set[str]:
+        return {e["event"] async for e in r.astream_events({"x": "hi"}, version="v2")}
+
+    assert asyncio.run(kinds(fast)) == asyncio.run(kinds(chain))
+    bare = ayo_langchain.optimize(llm)
+    want = llm.invoke("hello").content
+    assert bare.invoke("hello").content == want
+    assert "".join(c.content for c in bare.stream("hello")) == want
