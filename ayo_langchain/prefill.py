@@ -120,6 +120,20 @@ class Warmer:
         toks = await asyncio.gather(*(ctx.llm.tokenize(**r) for r in renders))
         return toks[0][: max(0, _common_prefix(toks[0], toks[1]) - SAFETY_TOKENS)]
 
+    async def worthwhile(self, ctx: Any) -> int | None:
+        """The fewest tokens worth warming (a whole KV block), or None when the server has no prefix
+        cache (a warm-up would be pure waste) or is already busy with real work."""
+        from ayo_langchain.engines import prefix_cache_info
+
+        if self.busy():
+            return None
+        info = await prefix_cache_info(self.plan.llm)
+        if info is None:
+            return self.plan.min_prefill_tokens
+        if not info["prefix_caching"]:
+            return None
+        return max(self.plan.min_prefill_tokens, info["block_size"] or 0)
+
     def busy(self) -> bool:
         """The engine already serves enough real work: a warm-up would only take compute from it."""
         try:
@@ -129,11 +143,12 @@ class Warmer:
         return stats is not None and stats.running_requests >= self.plan.options.warmup_max_busy
 
     async def static(self, ctx: Any, **early: Any) -> Any:
-        if self.busy():
-            return None
         try:
+            least = await self.worthwhile(ctx)
+            if least is None:
+                return None
             ids = await self.prefix(ctx, self.values(early))
-            if len(ids) < self.plan.min_prefill_tokens:
+            if len(ids) < least:
                 return None
             return await ctx.llm.prefill(prompt=ids, **self.cache_kwargs)
         except Exception as exc:  # noqa: BLE001 - a warm cache is an optimization, never a failure
@@ -156,8 +171,9 @@ class Warmer:
                     return
                 parts[index] = part[1]
                 async with lock:  # one prefill at a time, each for the longest prefix known then
-                    if not progress.generated.is_set() and not self.busy():
-                        await self._advance(ctx, progress, parts, state, early)
+                    least = None if progress.generated.is_set() else await self.worthwhile(ctx)
+                    if least is not None:
+                        await self._advance(ctx, progress, parts, state, early, least)
             except Exception as exc:  # noqa: BLE001 - never fail the query over a warm cache
                 state["off"] = True
                 log.debug("progressive prefill stopped: %s: %s", type(exc).__name__, exc)
@@ -165,7 +181,7 @@ class Warmer:
         return fn
 
     async def _advance(self, ctx: Any, progress: Progress, parts: dict[int, list], state: dict,
-                       early: dict[str, Any]) -> None:
+                       early: dict[str, Any], least: int) -> None:
         j = state["done"]
         while j + 1 in parts:
             j += 1
@@ -183,7 +199,7 @@ class Warmer:
             return
         state["context"] = value
         ids = await self.prefix(ctx, self.values(early), value)
-        if len(ids) - state["warm"] < self.plan.min_prefill_tokens:
+        if len(ids) - state["warm"] < least:
             return
         state["warm"] = len(ids)
         result = await ctx.llm.prefill(prompt=ids, **self.cache_kwargs)
