@@ -214,7 +214,7 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
         async def run(ctx: Any, query: QueryBundle, nodes: list) -> Any:
             return await postprocess.local_postprocess(pp, nodes, query)
 
-        op = Op.TRANSFORM if plan.kind == "local" else Op.OPAQUE
+        op = Op.OPAQUE if plan.kind == "opaque" else Op.RERANK if "Rerank" in type(pp).__name__ else Op.TRANSFORM
         g.add(Node(name, op, fn=run, inputs={"query": query, "nodes": nodes}, module=module, cost=0.005,
                    meta={"reason": plan.reason} if plan.reason else {}))
         return name

@@ -142,6 +142,32 @@ def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: 
 
 _runtimes: dict[tuple, Any] = {}
 _runtimes_lock = threading.Lock()
+PRIORITY_SPAN = 60_000  # the slack (ms) range mapped below the server's default priority 0
+
+
+class NeverBelowDefault:
+    """A named policy whose engine priorities never rank our requests behind foreign traffic.
+
+    vLLM serves lower ``priority`` first and every client that sets none sends 0. The core
+    policies map slack (or depth) to priorities >= 0, so on a server shared with other
+    clients a request with any slack waits for all their requests: we measured a query
+    expansion starved for 40 s behind another app's load. Shifting by ``PRIORITY_SPAN``
+    keeps the policy's order among Ayo's requests (critical path first) while nothing of
+    ours is worse than the default; background work with more slack than the span sits
+    at the default.
+    """
+
+    def __init__(self, name: str) -> None:
+        from ayo_core.runtime import get_policy
+
+        self.base = get_policy(name)
+        self.name = self.base.name
+
+    def key(self, req: Any) -> tuple:
+        return self.base.key(req)
+
+    def priority(self, req: Any) -> int:
+        return min(0, int(self.base.priority(req)) - PRIORITY_SPAN)
 
 
 def runtime_for(assignment: EngineAssignment, policy: str = "critical_path") -> Any:
@@ -153,7 +179,7 @@ def runtime_for(assignment: EngineAssignment, policy: str = "critical_path") -> 
         rt = _runtimes.get(key)
         if rt is None:
             configs = {k: SchedulerConfig(max_inflight=64) for k in assignment.engines if k.startswith("llm")}
-            rt = Runtime(Engines(**assignment.engines), policy=policy, configs=configs)
+            rt = Runtime(Engines(**assignment.engines), policy=NeverBelowDefault(policy), configs=configs)
             _runtimes[key] = rt
         return rt
 

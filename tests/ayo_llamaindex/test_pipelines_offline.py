@@ -78,3 +78,17 @@ def test_concurrent_callers_from_threads(index) -> None:
 def test_optimize_returns_unknown_llamaindex_objects_unchanged(index) -> None:
     retriever = index.as_retriever()
     assert ayo_llamaindex.optimize(retriever) is retriever
+
+
+def test_sentence_transformer_rerank(index) -> None:
+    """A cross-encoder reranker runs as a RERANK node on the user's own model (same scores)."""
+    from llama_index.core.postprocessor import SentenceTransformerRerank
+
+    from ayo_core.models import embedding_model_path
+
+    # no cross-encoder weights offline: the MiniLM folder with a fresh (but fixed) scoring head
+    rerank = SentenceTransformerRerank(model=str(embedding_model_path()), top_n=2)
+    stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=4, node_postprocessors=[rerank])
+    fast = ayo_llamaindex.optimize(stock)
+    compare(stock, fast)
+    assert "post0 = rerank" in fast.explain()
