@@ -220,7 +220,7 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
         return name
     llm, kind = plan.llm, assign.llm_kind(plan.llm)
 
-    def batches(ctx: Any, query: QueryBundle, nodes: list) -> list:
+    async def batches(ctx: Any, query: QueryBundle, nodes: list) -> list:  # on the loop: it touches tasks
         out = pp._get_node_batches(nodes)
         if board is not None and out:
             board.pop(ctx.query_id)
@@ -242,11 +242,16 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
                 board.pop(ctx.query_id)
             raise
 
-    def merge(ctx: Any, batches: list, raw: list[str]) -> list:
-        initial = []
-        for raw_response, batch in zip(raw, batches, strict=True):
-            initial.extend(pp._parse_raw_response(raw_response, batch))
-        return sorted(initial, key=lambda x: x.score or 0.0, reverse=True)[: pp.top_n]
+    async def merge(ctx: Any, batches: list, raw: list[str]) -> list:
+        try:
+            initial = []
+            for raw_response, batch in zip(raw, batches, strict=True):
+                initial.extend(pp._parse_raw_response(raw_response, batch))
+            return sorted(initial, key=lambda x: x.score or 0.0, reverse=True)[: pp.top_n]
+        except BaseException:
+            if board is not None:
+                board.pop(ctx.query_id)
+            raise
 
     g.add(Node(f"{name}.batches", Op.TRANSFORM, fn=batches, inputs={"query": query, "nodes": nodes}, module=module,
                cost=0.001))

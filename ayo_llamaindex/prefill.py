@@ -76,6 +76,13 @@ def prefix_spec(synth_plan: Any, assign: EngineAssignment) -> PrefixSpec | None:
     first = synth._summary_template if mode == "tree_summarize" else synth._text_qa_template
 
     async def build(ctx: Any, query: QueryBundle) -> int:
+        try:
+            return await warm(ctx, query)
+        except Exception:  # noqa: BLE001 - best effort: a failed warm-up must never fail the query
+            log.debug("prefix prefill failed", exc_info=True)
+            return 0
+
+    async def warm(ctx: Any, query: QueryBundle) -> int:
         sent = 0
         # the head before {context_str} does not depend on the query: warm it once per process
         prefix = prefix_of(binding, first.partial_format(query_str=SENTINEL), ("context_str",))
