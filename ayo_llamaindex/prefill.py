@@ -9,9 +9,9 @@ differently once the rest follows) and send a prefill-only request of those toke
 vLLM's prefix cache then holds the blocks when the real request arrives. The real
 request is unchanged, so this can never change an answer; at worst the cache misses.
 
-Static prefixes (system prompt + template head) are the same for every query and are
-warmed once per process; refine's prefix holds the question and is warmed per query
-while retrieval runs (the first call does not use it, every later refine call does).
+Static prefixes (system prompt + template head) are the same for every query: tokenized
+once, warmed per query (free when still cached); refine's prefix holds the question and
+is warmed per query while retrieval runs (every refine call after the first uses it).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 SENTINEL = "\u2063ayo-late\u2063"
 BOUNDARY_TOKENS = 2  # tokens dropped at the cut: they may merge with what follows
 MIN_TOKENS = 16  # below this nothing fills a cache block worth the request
-_warmed: set[tuple[str, str]] = set()
+_static_ids: dict[tuple[str, str], list[int]] = {}  # tokenized static heads, per engine kind
 
 
 def prefix_of(binding: LLMBinding, template: Any, late_vars: tuple[str, ...]) -> dict[str, Any] | None:
@@ -49,18 +49,22 @@ def prefix_of(binding: LLMBinding, template: Any, late_vars: tuple[str, ...]) ->
     return None
 
 
-async def warm_prefix(ctx: Any, kind: str, prefix: dict[str, Any]) -> int:
-    """Prefill a token prefix of ``prefix`` on the ``kind`` engine; returns the tokens sent."""
+async def prefix_ids(ctx: Any, kind: str, prefix: dict[str, Any]) -> list[int]:
+    """Token ids of ``prefix`` as the server renders the final request, minus the boundary tokens."""
     llm = ctx.engine(kind)
     if "messages" in prefix:
         ids = await llm.tokenize(messages=prefix["messages"], add_generation_prompt=False,
                                  continue_final_message=True)
     else:
         ids = await llm.tokenize(prompt=prefix["prompt"])
-    ids = list(ids)[:-BOUNDARY_TOKENS]
+    return list(ids)[:-BOUNDARY_TOKENS]
+
+
+async def warm_ids(ctx: Any, kind: str, ids: list[int]) -> int:
+    """A prefill-only request (cheap when the blocks are already cached); returns the tokens sent."""
     if len(ids) < MIN_TOKENS:
         return 0
-    await llm.prefill(prompt=ids)
+    await ctx.engine(kind).prefill(prompt=ids)
     return len(ids)
 
 
@@ -84,17 +88,19 @@ def prefix_spec(synth_plan: Any, assign: EngineAssignment) -> PrefixSpec | None:
 
     async def warm(ctx: Any, query: QueryBundle) -> int:
         sent = 0
-        # the head before {context_str} does not depend on the query: warm it once per process
+        # the head before {context_str} does not depend on the query: tokenized once, warmed
+        # every query (evicted blocks come back; cached ones cost the server next to nothing)
         prefix = prefix_of(binding, first.partial_format(query_str=SENTINEL), ("context_str",))
-        key = (kind, repr(prefix))
-        if prefix is not None and key not in _warmed:
-            _warmed.add(key)
-            sent += await warm_prefix(ctx, kind, prefix)
+        if prefix is not None:
+            key = (kind, repr(prefix))
+            if key not in _static_ids:
+                _static_ids[key] = await prefix_ids(ctx, kind, prefix)
+            sent += await warm_ids(ctx, kind, _static_ids[key])
         if mode == "refine":  # every refine call after the first starts with template + question
             template = synth._refine_template.partial_format(query_str=query.query_str)
             prefix = prefix_of(binding, template, ("existing_answer", "context_msg"))
             if prefix is not None:
-                sent += await warm_prefix(ctx, kind, prefix)
+                sent += await warm_ids(ctx, kind, await prefix_ids(ctx, kind, prefix))
         return sent
 
     return PrefixSpec(early_inputs=("query",), build=build)

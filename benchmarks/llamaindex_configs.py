@@ -20,9 +20,10 @@ query engine (it runs ``LLMRerank``'s batches concurrently); a doc-QA function, 
 plain ``query()`` as users write it, runs in a worker thread, the optimized one through
 ``acall``. Same vLLM server (``$AYO_LLM_URL``, else one started by ``serve_llm``), same process.
 After a warm-up, each pair runs the *same* question on both sides (same prompts, same answer
-lengths) and the order flips every pair: whoever runs second finds the question's prompts in
-vLLM's prefix cache, so besides the median per-pair ratio we print the balanced ratio (the
-geometric mean of the median ratio with stock first and with Ayo first). Each doc-QA question
+lengths) and the order flips every pair. When the server runs in dev mode its prefix cache is
+emptied before every timed run; otherwise whoever runs second finds the question's prompts
+cached, and the balanced ratio (the geometric mean of the median ratio with stock first and
+with Ayo first) cancels that. Each doc-QA question
 comes with its documents padded to ``--docs`` documents of the same modules.
 
 Printed per configuration: median latency of each side, the median per-pair ratio (stock /
@@ -183,8 +184,26 @@ class Side:
         return time.perf_counter() - t0, out
 
 
+async def reset_prefix_cache(url: str | None) -> None:
+    """Empty vLLM's prefix cache (``POST /reset_prefix_cache``, served in dev mode) before a timed run."""
+    if url:
+        import httpx
+
+        async with httpx.AsyncClient(timeout=30) as client:
+            await client.post(url)
+
+
+async def probe_cache_reset(llm_url: str) -> str | None:
+    url = llm_url.rstrip("/").removesuffix("/v1") + "/reset_prefix_cache"
+    try:
+        await reset_prefix_cache(url)
+        return url
+    except Exception:  # noqa: BLE001 - no dev mode: fall back to flipping the order
+        return None
+
+
 async def bench(name: str, stock: Side, fast: Side, items: list[dict[str, Any]], pairs: int,
-                stock_times: StockTimes) -> dict[str, Any]:
+                stock_times: StockTimes, reset_url: str | None = None) -> dict[str, Any]:
     for item in items[:2]:  # warm-up: engines, caches, clients
         await stock.run(item)
         await fast.run(item)
@@ -195,6 +214,7 @@ async def bench(name: str, stock: Side, fast: Side, items: list[dict[str, Any]],
         order = [stock, fast] if i % 2 == 0 else [fast, stock]
         row: dict[str, Any] = {"question": item["question"], "first": order[0].name}
         for side in order:
+            await reset_prefix_cache(reset_url)
             t0 = time.perf_counter()
             seconds, out = await side.run(item)
             row[side.name], row[f"{side.name}_answer"] = seconds, str(out)
@@ -299,15 +319,17 @@ async def run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
     chroma = chromadb.PersistentClient(path=str(ayo_home() / "chroma" / "bench-llamaindex"))
     items = load_items(args.questions, args.docs)
     stock_times = StockTimes()
+    reset_url = await probe_cache_reset(url)
+    print(f"prefix cache reset before every timed run: {'yes' if reset_url else 'no (order flips instead)'}")
     shared: dict[str, Any] = {}
     results = []
     for name in args.configs:
         stock, fast = build_sides(name, url, args.max_tokens, embed_model, chroma, items, shared)
         print(f"== {name} ==", flush=True)
-        results.append(await bench(name, stock, fast, items, args.pairs, stock_times))
+        results.append(await bench(name, stock, fast, items, args.pairs, stock_times, reset_url))
         print_summary(results[-1])
     return {"date": dt.datetime.now().isoformat(timespec="seconds"), "llm_url": url, "max_tokens": args.max_tokens,
-            "docs_per_question": args.docs,
+            "docs_per_question": args.docs, "prefix_cache_reset": bool(reset_url),
             "pairs": args.pairs, "embed_threads": os.environ.get("AYO_EMBED_THREADS", "1"), "results": results}
 
 
