@@ -149,3 +149,29 @@ async def test_opaque_llm_is_called_as_the_users_object() -> None:
     assert not binding.recognized
     text = await binding.predict(None, PromptTemplate("say {x}"), x="hello there")
     assert text == _EchoLLM().predict(PromptTemplate("say {x}"), x="hello there")
+
+
+@pytest.mark.parametrize("chat", [True, False])
+@pytest.mark.parametrize("system_prompt", [None, "Be brief."])
+def test_prefill_prefix_is_a_prefix_of_the_final_request(chat, system_prompt) -> None:
+    from ayo_llamaindex.prefill import SENTINEL, prefix_of
+
+    binding = LLMBinding(OpenAILike(**_kwargs(is_chat_model=chat, system_prompt=system_prompt)))
+    for template, late, final_args in [
+        (DEFAULT_TEXT_QA_PROMPT_SEL.partial_format(query_str="Q?"), ("context_str",), {"context_str": "ctx"}),
+        (DEFAULT_REFINE_PROMPT_SEL.partial_format(query_str="What is JSON?"), ("existing_answer", "context_msg"),
+         {"existing_answer": "An answer.", "context_msg": "more"}),
+    ]:
+        prefix = prefix_of(binding, template, late)
+        final = binding.predict_request(template, **final_args)
+        if not chat:
+            assert final.body["prompt"].startswith(prefix["prompt"]) and SENTINEL not in prefix["prompt"]
+        else:
+            *head, last = prefix["messages"]
+            assert final.body["messages"][: len(head)] == head
+            assert final.body["messages"][len(head)]["content"].startswith(last["content"])
+    refine = prefix_of(binding, DEFAULT_REFINE_PROMPT_SEL.partial_format(query_str="What is JSON?"),
+                       ("existing_answer", "context_msg"))
+    # completion refine template: "The original query is as follows: {query_str}..." -> the question is
+    # in the warmed head; the chat one puts the query after the context (a static head, cached anyway)
+    assert ("What is JSON?" in str(refine)) is (not chat)
