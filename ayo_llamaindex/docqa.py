@@ -10,8 +10,9 @@
 
 Capture is by tracing each call, torch.fx-style but on the real arguments: while the
 user's function runs, wrapt interceptors (active only inside an optimized call, via a
-context variable) record the LlamaIndex calls it makes. ``from_documents`` is split
-into what must happen now (splitting, ids, docstore) and a pending ingest (embed +
+context variable) record the LlamaIndex calls it makes. Building a ``VectorStoreIndex``
+(``from_documents``, the constructor) or inserting into one is split into what must
+happen now (splitting, ids, docstore, index struct) and a pending ingest (embed +
 vector-store add, see :mod:`ayo_llamaindex.ingest`); ``query``/``aquery`` on any
 query engine captures that engine and runs one graph holding the pending ingests and
 the query: indexing (the embedder's core) overlaps the query's LLM work (query
@@ -152,7 +153,7 @@ def _add_ingest_nodes(g: Graph, k: int, p: ingest.PendingIngest, assign: Any) ->
         return await p.vectors(embed_send(ctx, kind))
 
     async def add(ctx: Any, vectors: list[list[float]]) -> int:
-        return await p.add(vectors)
+        return await p.add(vectors, embed_send(ctx, kind))
 
     g.add(Node(f"ingest{k}.embed", Op.EMBED, fn=embed_chunks, engine=kind or "local", module="indexing",
                batchable=True, cost=0.02 * max(1, len(p.nodes))))
@@ -190,55 +191,57 @@ def install_hooks() -> None:
     global _installed
     import wrapt
     from llama_index.core.base.base_query_engine import BaseQueryEngine
-    from llama_index.core.indices.base import BaseIndex
+    from llama_index.core.indices.vector_store.base import VectorStoreIndex
 
     with _install_lock:
         if _installed:
             return
-        wrapt.wrap_function_wrapper(BaseIndex, "from_documents", _from_documents)
+        wrapt.wrap_function_wrapper(VectorStoreIndex, "_build_index_from_nodes", _build_index)
+        wrapt.wrap_function_wrapper(VectorStoreIndex, "_insert", _insert)
         wrapt.wrap_function_wrapper(BaseQueryEngine, "query", _query)
         wrapt.wrap_function_wrapper(BaseQueryEngine, "aquery", _aquery)
         ingest.install_barriers()
         _installed = True
 
 
-def _from_documents(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    state = _CALL.get()
-    if state is None:
-        return wrapped(*args, **kwargs)
-    cls = instance
-    bound = _bind_from_documents(args, kwargs)
-    if bound is None:
-        state.notes.append("from_documents: arguments Ayo does not mirror")
-        return wrapped(*args, **kwargs)
-    documents, named, extra = bound
-    reason = ingest.why_not_deferred(cls, named.get("storage_context"), extra)
+def _nodes_args(args: tuple, kwargs: dict) -> tuple[list[Any], dict[str, Any]] | None:
+    if args and "nodes" not in kwargs and len(args) == 1:
+        return list(args[0]), dict(kwargs)
+    if not args and "nodes" in kwargs:
+        rest = dict(kwargs)
+        return list(rest.pop("nodes")), rest
+    return None
+
+
+def _defer(state: CallState, index: Any, args: tuple, kwargs: dict, what: str) -> tuple[Any, Any] | None:
+    """``(index_struct, pending)`` when this index write can be deferred; else None (and a note)."""
+    bound = _nodes_args(args, kwargs)
+    reason = "arguments Ayo does not mirror" if bound is None else ingest.why_not_deferred(index, bound[1])
     if reason is not None:
-        state.notes.append(f"{getattr(cls, '__name__', cls)}.from_documents: {reason}")
-        return wrapped(*args, **kwargs)
-    index, pending = ingest.deferred_from_documents(cls, documents, **named, **extra)
+        state.notes.append(f"{type(index).__name__}.{what}: {reason}")
+        return None
+    nodes = bound[0]
+    struct = index.index_struct_cls() if what == "build" else index.index_struct
+    pending = ingest.defer_vectors(index, struct, nodes)
     state.pending.append(pending)
-    state.modules.append(f"indexing: {cls.__name__}.from_documents({len(documents)} documents -> "
-                         f"{len(pending.nodes)} chunks) -> Indexing[embed={pending.embed.label}"
-                         f"{'' if pending.embed.recognized else ' (opaque)'}, store={type(pending.store).__name__}]")
-    return index
+    state.modules.append(f"indexing ({what}): {type(index).__name__}, {len(nodes)} chunks -> Indexing[embed="
+                         f"{pending.embed.label}{'' if pending.embed.recognized else ' (opaque)'}, "
+                         f"store={type(pending.store).__name__}] (vectors deferred into the query graph)")
+    return struct, pending
 
 
-def _bind_from_documents(args: tuple, kwargs: dict) -> tuple[Any, dict, dict] | None:
-    names = ("documents", "storage_context", "show_progress", "callback_manager", "transformations")
-    if len(args) > len(names):
-        return None
-    given = dict(zip(names, args, strict=False))
-    for k in names:
-        if k in kwargs:
-            if k in given:
-                return None
-            given[k] = kwargs[k]
-    if "documents" not in given:
-        return None
-    documents = given.pop("documents")
-    extra = {k: v for k, v in kwargs.items() if k not in names}
-    return documents, given, extra
+def _build_index(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``VectorStoreIndex._build_index_from_nodes`` (from_documents and the constructor)."""
+    state = _CALL.get()
+    deferred = None if state is None else _defer(state, instance, args, kwargs, "build")
+    return wrapped(*args, **kwargs) if deferred is None else deferred[0]
+
+
+def _insert(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``VectorStoreIndex._insert`` (insert / insert_nodes into a live index)."""
+    state = _CALL.get()
+    deferred = None if state is None else _defer(state, instance, args, kwargs, "insert")
+    return wrapped(*args, **kwargs) if deferred is None else None
 
 
 def _should_intercept(instance: Any) -> CallState | None:

@@ -1,9 +1,10 @@
-"""Deferred indexing for document QA: ``VectorStoreIndex.from_documents`` split now, embedded later.
+"""Deferred indexing for document QA: a ``VectorStoreIndex`` is built now, its vectors land later.
 
-Inside an optimized doc-QA call, ``from_documents`` runs LlamaIndex's own steps
-(document hashes, ``run_transformations``, the index constructor, and every
-docstore / index-struct write of ``_add_nodes_to_index``) at once, so the index the
-user holds is complete in structure (``as_retriever`` sees every node id). Only the
+Inside an optimized doc-QA call, building a ``VectorStoreIndex`` (``from_documents``,
+the constructor with nodes) and ``insert`` / ``insert_nodes`` run LlamaIndex's own
+steps (document hashes, ``run_transformations``, the constructor), and every docstore /
+index-struct write of ``_add_nodes_to_index`` happens at once, so the index the user
+holds is complete in structure (``as_retriever`` sees every node id). Only the
 expensive part — embedding the chunks and adding the vectors to the vector store —
 becomes a :class:`PendingIngest`, which the query graph runs as EMBED + INGEST nodes
 concurrently with query-side LLM work (query expansion, prefill). Retrieval waits
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import logging
 import threading
 from typing import Any
@@ -40,7 +40,7 @@ _IN_INGEST: contextvars.ContextVar[bool] = contextvars.ContextVar("ayo_in_ingest
 # PendingIngest holds its store, so the id cannot be reused while it is listed)
 _pending_by_store: dict[int, list[PendingIngest]] = {}
 _pending_lock = threading.Lock()
-_INDEX_MIRRORED = ("from_documents", "__init__", "build_index_from_nodes", "_build_index_from_nodes",
+_INDEX_MIRRORED = ("build_index_from_nodes", "_build_index_from_nodes", "_insert", "insert_nodes",
                    "_add_nodes_to_index", "_async_add_nodes_to_index", "_get_node_with_embedding", "as_retriever")
 _BARRIER_METHODS = ("add", "delete", "delete_nodes", "clear", "query", "get", "get_nodes", "persist")
 
@@ -56,30 +56,28 @@ def known_store_types() -> tuple[type, ...]:
     return tuple(types)
 
 
-def why_not_deferred(cls: type, storage_context: Any, kwargs: dict[str, Any]) -> str | None:
-    """None when ``cls.from_documents(...)`` can be deferred, else the reason (for explain())."""
-    if not (isinstance(cls, type) and issubclass(cls, VectorStoreIndex)):
-        return f"{getattr(cls, '__name__', cls)} is not a VectorStoreIndex"
-    over = overridden(cls, VectorStoreIndex, _INDEX_MIRRORED)
+def why_not_deferred(index: Any, insert_kwargs: dict[str, Any]) -> str | None:
+    """None when this index's vector writes can be deferred, else the reason (for explain())."""
+    if not isinstance(index, VectorStoreIndex):
+        return f"{type(index).__name__} is not a VectorStoreIndex"
+    over = overridden(index, VectorStoreIndex, _INDEX_MIRRORED)
     if over:
-        return f"{cls.__name__} overrides {', '.join(over)}"
-    store = storage_context.vector_store if storage_context is not None else None
-    if store is not None and type(store) not in known_store_types():
+        return f"{type(index).__name__} overrides {', '.join(over)}"
+    store = index.vector_store
+    if type(store) not in known_store_types():
         return f"vector store {type(store).__name__} is not one Ayo defers writes to"
-    allowed = set(inspect.signature(VectorStoreIndex.__init__).parameters) - {"self", "kwargs", "nodes"}
-    unknown = sorted(set(kwargs) - allowed)
-    if unknown:
-        return f"from_documents got keyword arguments Ayo does not mirror: {unknown}"
-    if kwargs.get("objects"):
-        return "from_documents got objects="
+    if insert_kwargs:
+        return f"vector-store add() keyword arguments Ayo does not mirror: {sorted(insert_kwargs)}"
     return None
 
 
 class PendingIngest:
     """The embed + vector-store-add half of one ``from_documents`` call."""
 
-    def __init__(self, index: VectorStoreIndex, nodes: list[Any], embed: EmbedBinding) -> None:
+    def __init__(self, index: VectorStoreIndex, nodes: list[Any], embed: EmbedBinding,
+                 after: PendingIngest | None = None) -> None:
         self.index, self.nodes, self.embed = index, nodes, embed
+        self.after = after  # an earlier pending write into the same store: lands first, as in stock
         self.store = index.vector_store
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -96,9 +94,9 @@ class PendingIngest:
             self._vectors = asyncio.ensure_future(self.embed.text_embeddings(send, texts))
         return await asyncio.shield(self._vectors)
 
-    async def add(self, vectors: list[list[float]]) -> int:
+    async def add(self, vectors: list[list[float]], send: Any = None) -> int:
         if self._added is None:
-            self._added = asyncio.ensure_future(asyncio.to_thread(self._add_sync, vectors))
+            self._added = asyncio.ensure_future(self._add_in_order(vectors, send))
         try:
             return await asyncio.shield(self._added)
         except BaseException as exc:
@@ -108,8 +106,13 @@ class PendingIngest:
             if self._added.done():
                 self.done.set()
 
+    async def _add_in_order(self, vectors: list[list[float]], send: Any) -> int:
+        if self.after is not None and not self.after.done.is_set():
+            await self.after.run(send)
+        return await asyncio.to_thread(self._add_sync, vectors)
+
     async def run(self, send: Any) -> int:
-        return await self.add(await self.vectors(send))
+        return await self.add(await self.vectors(send), send)
 
     def _add_sync(self, vectors: list[list[float]]) -> int:
         """``_add_nodes_to_index``'s vector-store writes, with the embeddings computed by Ayo."""
@@ -168,45 +171,24 @@ def barrier(store: Any) -> None:
         p.wait_sync()
 
 
-def deferred_from_documents(cls: type, documents: Any, storage_context: Any = None, show_progress: bool = False,
-                            callback_manager: Any = None, transformations: Any = None,
-                            **kwargs: Any) -> tuple[Any, PendingIngest]:
-    """``BaseIndex.from_documents`` step by step, with the vectors left to a PendingIngest."""
-    from llama_index.core.ingestion import run_transformations
-    from llama_index.core.settings import Settings
-    from llama_index.core.storage.storage_context import StorageContext
-
-    storage_context = storage_context or StorageContext.from_defaults()
-    docstore = storage_context.docstore
-    callback_manager = callback_manager or Settings.callback_manager
-    transformations = transformations or Settings.transformations
-    with callback_manager.as_trace("index_construction"):
-        for doc in documents:
-            docstore.set_document_hash(doc.id_, doc.hash)
-        nodes = run_transformations(documents, transformations, show_progress=show_progress, **kwargs)
-        index = cls(nodes=[], storage_context=storage_context, callback_manager=callback_manager,
-                    show_progress=show_progress, transformations=transformations, **kwargs)
-        content = [n for n in nodes if n.get_content(metadata_mode=MetadataMode.EMBED) != ""]
-        if len(content) != len(nodes):
-            print("Some nodes are missing content, skipping them...")
-        _register_structure(index, content)
-    pending = PendingIngest(index, content, EmbedBinding(index._embed_model))
-    register(pending)
-    return index, pending
-
-
-def _register_structure(index: VectorStoreIndex, nodes: list[Any]) -> None:
-    """The docstore / index-struct writes of ``_add_nodes_to_index`` (ids = node ids, as the stores return)."""
+def defer_vectors(index: VectorStoreIndex, index_struct: Any, nodes: list[Any]) -> PendingIngest:
+    """``_add_nodes_to_index`` for ``nodes`` into ``index_struct``: the docstore and index-struct
+    writes now, the embedding + vector-store add as a registered PendingIngest."""
     store = index.vector_store
     for batch in iter_batch(nodes, index._insert_batch_size):
         for node in batch:
             if store.stores_text and not index._store_nodes_override and not isinstance(node, (ImageNode, IndexNode)):
                 continue
+            # the id the store's add() returns is the node id (checked when the vectors land)
             node_without_embedding = node.model_copy()
             node_without_embedding.embedding = None
-            index.index_struct.add_node(node_without_embedding, text_id=node.node_id)
+            index_struct.add_node(node_without_embedding, text_id=node.node_id)
             index.docstore.add_documents([node_without_embedding], allow_update=True)
-    index.storage_context.index_store.add_index_struct(index.index_struct)
+    with _pending_lock:
+        earlier = list(_pending_by_store.get(id(store), ()))
+    pending = PendingIngest(index, list(nodes), EmbedBinding(index._embed_model), after=earlier[-1] if earlier else None)
+    register(pending)
+    return pending
 
 
 _hooks_installed = False

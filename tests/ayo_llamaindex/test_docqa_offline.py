@@ -57,7 +57,7 @@ def test_docqa_matches_stock(embed_model, documents, tmp_path, store, fusion) ->
     for q in QUESTIONS:
         assert_same(answer(q, documents), fast(q, documents), by="content")
     text = fast.explain()
-    assert "indexing: VectorStoreIndex.from_documents" in text and "ingest0.add" in text
+    assert "indexing (build): VectorStoreIndex" in text and "ingest0.add" in text
     assert fast.last_trace is not None and fast.last_trace.status == "done"
 
 
@@ -130,3 +130,22 @@ def test_errors_in_the_function_propagate_unchanged(embed_model, documents) -> N
 
     with pytest.raises(KeyError, match="user bug"):
         ayo_llamaindex.optimize(broken)(QUESTIONS[0], documents)
+
+
+def test_constructor_and_insert_are_deferred_too(embed_model, documents) -> None:
+    """Users also build from nodes and insert documents one by one: same answers, writes deferred."""
+    llm = FakeLLM()
+    splitter = SentenceSplitter(chunk_size=64, chunk_overlap=8)
+
+    def answer(question: str, docs: list[Document]) -> Any:
+        index = VectorStoreIndex(splitter.get_nodes_from_documents(docs[:3]), embed_model=embed_model)
+        for doc in docs[3:]:
+            index.insert(doc)
+        return index.as_query_engine(llm=llm, similarity_top_k=3).query(question)
+
+    fast = ayo_llamaindex.optimize(answer)
+    for q in QUESTIONS:
+        assert_same(answer(q, documents), fast(q, documents), by="content")
+    text = fast.explain()
+    assert "indexing (build)" in text and "indexing (insert)" in text
+    assert "ingest3.add" in text  # one build + three inserts, landing in order
