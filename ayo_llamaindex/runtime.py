@@ -119,18 +119,55 @@ def _embed_key(binding: EmbedBinding) -> tuple:
     return tuple(sorted(binding.engine_options().items()))
 
 
+# api_key values that mean "no key" (the stock client still sends them; a keyless server ignores them)
+PLACEHOLDER_KEYS = {"", "none", "null", "fake", "unused", "empty", "dummy", "not-needed", "no-key", "x", "-",
+                    "sk-no-key-required", "token-abc123"}
+_keyed: dict[tuple[str, str, str], Any] = {}
+
+
+def llm_engine_for(base_url: str, model: str, api_key: str, timeout: float) -> Any:
+    """The shared engine for an endpoint; one that sends the user's key when it is a real one."""
+    from ayo_core.engines import get_llm_engine
+
+    if api_key.strip().lower() in PLACEHOLDER_KEYS:
+        return get_llm_engine(base_url, model=model, timeout=timeout)
+    key = (base_url, model, api_key)
+    with _runtimes_lock:
+        if key not in _keyed:
+            _keyed[key] = _keyed_engine_class()(base_url, model=model, timeout=timeout, api_key=api_key)
+        return _keyed[key]
+
+
+def _keyed_engine_class() -> type:
+    from ayo_core.engines import LLMEngine
+
+    class KeyedLLMEngine(LLMEngine):
+        """``LLMEngine`` that authenticates like the openai SDK (``Authorization: Bearer <key>``)."""
+
+        def __init__(self, *args: Any, api_key: str, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._auth = {"Authorization": f"Bearer {api_key}"}
+
+        def _client(self) -> Any:
+            client = super()._client()  # one httpx client per event loop, created by the base class
+            client.headers.update(self._auth)
+            return client
+
+    return KeyedLLMEngine
+
+
 def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: bool = False) -> EngineAssignment:
     """Shared engines (``ayo_core.engines`` registry) for every recognized binding; ``overlap``:
     embedding runs alongside decoding (see :func:`embed_threads`)."""
-    from ayo_core.engines import get_embedding_engine, get_llm_engine
+    from ayo_core.engines import get_embedding_engine
 
     out = EngineAssignment()
     for b in llms:
         if b.recognized and b.endpoint not in out.llm_kinds:
             kind = "llm" if not out.llm_kinds else f"llm{len(out.llm_kinds)}"
-            base_url, model, _ = b.endpoint
+            base_url, model, api_key = b.endpoint
             out.llm_kinds[b.endpoint] = kind
-            out.engines[kind] = get_llm_engine(base_url, model=model, timeout=float(b.llm.timeout or 300.0))
+            out.engines[kind] = llm_engine_for(base_url, model, api_key, float(b.llm.timeout or 300.0))
     for e in embeds:
         key = _embed_key(e) if e.recognized else None
         if key is not None and key not in out.embed_kinds:

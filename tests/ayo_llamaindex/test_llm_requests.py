@@ -175,3 +175,15 @@ def test_prefill_prefix_is_a_prefix_of_the_final_request(chat, system_prompt) ->
     # completion refine template: "The original query is as follows: {query_str}..." -> the question is
     # in the warmed head; the chat one puts the query after the context (a static head, cached anyway)
     assert ("What is JSON?" in str(refine)) is (not chat)
+
+
+async def test_real_api_keys_are_sent_like_the_openai_sdk() -> None:
+    from ayo_core.engines import get_llm_engine
+    from ayo_llamaindex.runtime import llm_engine_for
+
+    plain = llm_engine_for("http://127.0.0.1:1/v1", "m", "none", 5.0)
+    assert plain is get_llm_engine("http://127.0.0.1:1/v1", model="m")
+    keyed = llm_engine_for("http://127.0.0.1:1/v1", "m", "sk-secret", 5.0)
+    assert keyed is not plain and keyed is llm_engine_for("http://127.0.0.1:1/v1", "m", "sk-secret", 5.0)
+    assert keyed._client().headers["Authorization"] == "Bearer sk-secret"
+    assert "Authorization" not in plain._client().headers
