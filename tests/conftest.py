@@ -24,7 +24,8 @@ def llm_url() -> Iterator[str]:
         return
     from ayo_core.engines.llm_server import serve_llm
 
-    with serve_llm(dtype="float32") as url:
+    # A busy CI machine can take minutes to start vLLM: be generous, it fails with the log tail.
+    with serve_llm(dtype="float32", startup_timeout=900) as url:
         os.environ["AYO_LLM_URL"] = url
         try:
             yield url
