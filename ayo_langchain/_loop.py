@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+WORKERS = 64
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 
@@ -25,6 +27,9 @@ def loop() -> asyncio.AbstractEventLoop:
         if _loop is None or _loop.is_closed():
             new = asyncio.new_event_loop()
             new.set_exception_handler(_quiet_failed_parts)
+            # sync calls run the user's objects in worker threads: as many as a stock sync batch
+            # would use (one per input up to max_concurrency), not asyncio's cores + 4
+            new.set_default_executor(ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ayo-langchain"))
             ready = threading.Event()
 
             def run() -> None:
