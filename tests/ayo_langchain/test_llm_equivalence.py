@@ -115,3 +115,26 @@ def test_ensemble_chain(llm_url: str, vectorstore: Any) -> None:
                             weights=[0.6, 0.4])
     chain = {"context": ens | format_docs, "question": RunnablePassthrough()} | PROMPT | chat(llm_url)
     check_equivalent(chain, ayo_langchain.optimize(chain), QUESTIONS)
+
+
+def test_bad_input_fails_as_stock(llm_url: str, vectorstore: Any) -> None:
+    from langchain_core.output_parsers import JsonOutputParser
+
+    def outcome(fn: Any) -> tuple[type, str]:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - compared
+            return type(exc), str(exc)
+        return type(None), "no error"
+
+    rag = ({"context": vectorstore.as_retriever() | format_docs, "question": RunnablePassthrough()}
+           | PROMPT | chat(llm_url) | StrOutputParser())
+    not_json = PromptTemplate.from_template("Tell me a short joke about {x}.") | chat(llm_url) | JsonOutputParser()
+    cases = [(PROMPT | chat(llm_url), {"question": "json?"}),  # missing prompt variable
+             (rag, {"question": "a dict where the retriever wants a string"}),
+             (not_json, {"x": "paths"})]  # the parser fails on the model's text
+    for chain, value in cases:
+        fast = ayo_langchain.optimize(chain)
+        want = outcome(lambda c=chain, v=value: c.invoke(v))
+        assert want[0] is not type(None)
+        assert outcome(lambda f=fast, v=value: f.invoke(v)) == want
