@@ -1,11 +1,12 @@
 """How Ayo embeds for a user's LlamaIndex embedding model.
 
 ``HuggingFaceEmbedding`` -> Ayo's ``EmbeddingEngine`` on the same model folder with the
-same options (normalize, query/text instructions, max_length, device). Requests share
-forward passes with whatever else is embedding, so a vector can differ from stock's
-in float rounding (~1e-7, from batch shape and thread count): retrieval only changes
-on an exact near-tie. Any other embedding class is called as the user's object
-(opaque), in a worker thread.
+same options (normalize, query/text instructions, max_length, device), in stock's batch
+shape (``embed_batch_size`` texts per encode, each query alone). The engine scheduler may
+still merge concurrent same-shape requests, and with one worker thread (doc-QA with
+query expansion) kernels sum in another order, so a vector can differ from stock's in
+float rounding (~1e-7): retrieval only changes on an exact near-tie. Any other embedding
+class is called as the user's object (opaque), in a worker thread.
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ class EmbedBinding:
         if not self.recognized or send is None:
             return await asyncio.to_thread(self.model.get_agg_embedding_from_queries, queries)
         # stock embeds each query alone (one encode call per query): keep that shape
-        vectors = await send(list(queries), kind="query")
-        return mean_agg(vectors)
+        # stock embeds each query alone; one alone-encoded text gives stock's exact vector
+        vectors = await asyncio.gather(*(send([q], kind="query", batch_size=self.batch_size) for q in queries))
+        return mean_agg([v[0] for v in vectors])
 
     async def text_embeddings(self, send: EmbedSend | None, texts: list[str]) -> list[list[float]]:
         """``embed_model.get_text_embedding_batch(texts)``."""
@@ -73,7 +75,11 @@ class EmbedBinding:
             return []
         if not self.recognized or send is None:
             return await asyncio.to_thread(self.model.get_text_embedding_batch, texts)
-        return await send(list(texts), kind="text")
+        # stock's flushes of embed_batch_size texts, each encoded in stock's shape
+        n = self.batch_size
+        parts = await asyncio.gather(*(send(texts[i: i + n], kind="text", batch_size=n)
+                                       for i in range(0, len(texts), n)))
+        return [v for part in parts for v in part]
 
 
 def recognize_embedding(model: Any) -> tuple[bool, str]:

@@ -256,8 +256,9 @@ def embed_send(ctx: Any, kind: str | None) -> Callable[..., Awaitable[list[list[
     proxy = ctx.engine(kind)
 
     async def send(texts: list[str], kind: str = "text", batch_size: int | None = None) -> list[list[float]]:
-        # batch_size is left to the engine: requests share forward passes across callers
-        return await proxy.aembed(list(texts), kind=kind)
+        # with batch_size the engine encodes in stock's batch shape (sorted by length, batch_size
+        # at a time): one padded batch of every chunk would waste compute on padding
+        return await proxy.aembed(list(texts), kind=kind, batch_size=batch_size)
 
     return send
 
@@ -271,6 +272,6 @@ def direct_embed_send(binding: EmbedBinding) -> Callable[..., Awaitable[list[lis
     engine = get_embedding_engine(torch_threads=embed_threads(False), **binding.engine_options())
 
     async def send(texts: list[str], kind: str = "text", batch_size: int | None = None) -> list[list[float]]:
-        return await engine.aembed(list(texts), kind=kind)
+        return await engine.aembed(list(texts), kind=kind, batch_size=batch_size)
 
     return send
