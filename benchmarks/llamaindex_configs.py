@@ -343,6 +343,29 @@ def print_summary(s: dict[str, Any]) -> None:
           flush=True)
 
 
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Median latency per configuration, stock vs Ayo, with the per-pair ratio on top."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    res = report["results"]
+    xs = range(len(res))
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.bar([x - 0.2 for x in xs], [r["stock_median_s"] for r in res], 0.4, label="stock LlamaIndex")
+    ax.bar([x + 0.2 for x in xs], [r["ayo_median_s"] for r in res], 0.4, label="ayo_llamaindex.optimize")
+    for x, r in zip(xs, res, strict=True):
+        ax.text(x, max(r["stock_median_s"], r["ayo_median_s"]) * 1.02, f"{r['ratio_median']:.2f}x", ha="center")
+    ax.set_xticks(list(xs), [r["config"] for r in res])
+    ax.set_ylabel("median latency (s)")
+    ax.set_title(f"LlamaIndex pipelines, {report['pairs']} alternating pairs, max_tokens={report['max_tokens']}")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
@@ -361,7 +384,8 @@ def main(argv: list[str] | None = None) -> None:
         report = asyncio.run(run_all(args, url))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
-    print(f"wrote {args.out}")
+    plot(report, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 
 if __name__ == "__main__":
