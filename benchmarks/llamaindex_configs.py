@@ -380,6 +380,8 @@ def main(argv: list[str] | None = None) -> None:
         if not url:
             from ayo_core.engines import serve_llm
 
+            # dev mode serves POST /reset_prefix_cache: every timed run then starts cold
+            os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
             url = stack.enter_context(serve_llm(dtype="float32"))
         report = asyncio.run(run_all(args, url))
     args.out.parent.mkdir(parents=True, exist_ok=True)
