@@ -315,6 +315,7 @@ async def run_load(pair: AppPair, questions: list[dict[str, Any]], rate: float, 
             continue
         for side in order:
             log.info("%s load: %s, %d queries at %.2f/s", pair.name, side, len(questions[part]), rate)
+            await pair.cold_cache()  # else the second side of a half reuses the first's prompts
             runs[side].append({"offset": part.start, "results": await open_loop(pair, side, questions[part], gaps[part])})
     out: dict[str, Any] = {"rate_qps": rate, "seed": seed, "n": len(questions)}
     for side, halves in runs.items():
