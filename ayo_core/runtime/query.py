@@ -69,6 +69,9 @@ class QueryRun:
             t.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        for t in [*self.tasks.values(), *self.part_tasks]:
+            if t.done() and not t.cancelled():
+                t.exception()  # retrieved here: the failure is reported once, by the query, not again at GC
         if self.trace.status == "running":
             self.trace.status = "failed" if self.failure else "cancelled"
         if self.trace.end <= self.trace.start:
