@@ -71,6 +71,14 @@ def test_latency_run_alternates_and_summarizes() -> None:
     assert s["balanced_ratio"] == pytest.approx((s["median_ratio_stock_first"] * s["median_ratio_ayo_first"]) ** 0.5)
 
 
+def test_whole_call_bound_counts_stock_code_outside_the_graph() -> None:
+    # a doc-QA call: 6 s of the user's own stock code (extraction), then a 4 s graph bounded at 3.6 s
+    row = {"ayo_s": 10.0, "ayo_trace": {"trace_latency_s": 4.0, "bound_s": 3.6}}
+    assert compare.whole_call_bound(row) == pytest.approx(9.6)
+    # a trace that covers the whole call adds nothing
+    assert compare.whole_call_bound({"ayo_s": 4.0, "ayo_trace": {"trace_latency_s": 4.0, "bound_s": 3.6}}) == 3.6
+
+
 def test_balanced_ratio_cancels_the_second_runner_advantage() -> None:
     rows = [{"first": "stock", "ratio": 1.28}, {"first": "ayo", "ratio": 0.78}] * 3
     assert compare.balanced_ratio(rows) == pytest.approx(1.0, abs=0.01)
