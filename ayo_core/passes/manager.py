@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -30,8 +31,12 @@ def _name(p: Pass) -> str:
 
 
 def resolve_passes(passes: Sequence[Pass | str] | None) -> list[Pass]:
+    """``passes`` as functions; None: ``$AYO_PASSES`` (comma-separated names, "" for none) or all four."""
     if passes is None:
-        return list(DEFAULT_PASSES)
+        env = os.environ.get("AYO_PASSES")
+        if env is None:
+            return list(DEFAULT_PASSES)
+        passes = [name.strip() for name in env.split(",") if name.strip()]
     out = []
     for p in passes:
         if isinstance(p, str):

@@ -193,3 +193,18 @@ def test_manager_names_the_failing_pass_and_those_before():
         optimize_graph(graph, ["fuse_everything"])
     custom = functools.partial(stage_decomposition, max_parts=2)
     assert optimize_graph(graph, [custom]).meta["passes"] == [("stage_decomposition", False)]
+
+
+def test_ayo_passes_environment_picks_the_default_passes(monkeypatch) -> None:
+    from ayo_core.passes.manager import DEFAULT_PASSES, resolve_passes
+
+    monkeypatch.delenv("AYO_PASSES", raising=False)
+    assert resolve_passes(None) == list(DEFAULT_PASSES)
+    monkeypatch.setenv("AYO_PASSES", "dependency_pruning, decode_pipelining")
+    assert [p.__name__ for p in resolve_passes(None)] == ["dependency_pruning", "decode_pipelining"]
+    monkeypatch.setenv("AYO_PASSES", "")
+    assert resolve_passes(None) == []
+    monkeypatch.setenv("AYO_PASSES", "prefil_splitting")
+    with pytest.raises(ValueError, match="unknown pass 'prefil_splitting'; valid passes: dependency_pruning"):
+        resolve_passes(None)
+    assert [p.__name__ for p in resolve_passes(["prefill_splitting"])] == ["prefill_splitting"]  # explicit wins
