@@ -35,10 +35,9 @@ from typing import Any
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph, Node, Op
-from ayo_llamaindex import context_extract, ingest
 from ayo_llamaindex import explain as explain_mod
+from ayo_llamaindex import ingest
 from ayo_llamaindex.capture import capture_query_engine, describe
-from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.runtime import LOOP, assign_engines, embed_send, runtime_for
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,6 @@ class CallState:
     notes: list[str] = field(default_factory=list)
     graph: Any = None
     trace: Any = None
-    extraction: context_extract.ExtractionPlan = field(default_factory=context_extract.ExtractionPlan)
 
 
 class OptimizedFunction:
@@ -193,7 +191,6 @@ def install_hooks() -> None:
     global _installed
     import wrapt
     from llama_index.core.base.base_query_engine import BaseQueryEngine
-    from llama_index.core.extractors import DocumentContextExtractor
     from llama_index.core.indices.vector_store.base import VectorStoreIndex
 
     with _install_lock:
@@ -203,8 +200,6 @@ def install_hooks() -> None:
         wrapt.wrap_function_wrapper(VectorStoreIndex, "_insert", _insert)
         wrapt.wrap_function_wrapper(BaseQueryEngine, "query", _query)
         wrapt.wrap_function_wrapper(BaseQueryEngine, "aquery", _aquery)
-        wrapt.wrap_function_wrapper(DocumentContextExtractor, "aextract", _aextract)
-        wrapt.wrap_function_wrapper(DocumentContextExtractor, "_agenerate_node_context", _situate)
         ingest.install_barriers()
         _installed = True
 
@@ -272,32 +267,3 @@ def _aquery(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         return wrapped(*args, **kwargs)
     query = args[0] if args else next(iter(kwargs.values()))
     return LOOP.arun(run_call_query(state, instance, query))
-
-
-def _aextract(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    """``DocumentContextExtractor.aextract``: note which chunks each document has (see context_extract)."""
-    state = _CALL.get()
-    if state is None:
-        return wrapped(*args, **kwargs)
-    binding = context_extract.binding_for(instance)
-    if binding is None:
-        state.notes.append(f"{type(instance).__name__}: {LLMBinding(instance.llm).reason or 'not a chat model'} "
-                           "(its requests run stock, without document prefill)")
-        return wrapped(*args, **kwargs)
-    plan = state.extraction
-    plan.bindings[id(instance)] = binding
-    nodes = list(args[0] if args else kwargs.get("nodes", []))
-    context_extract.count_chunks(plan, instance, nodes)
-    shared = sum(1 for n in plan.chunks_per_doc.values() if n >= 2)
-    state.modules.append(f"contextual extraction: {type(instance).__name__}[llm={binding.label}], {len(nodes)} "
-                         f"chunks -> each document's head prefilled once ({shared} documents with 2+ chunks)")
-    return wrapped(*args, **kwargs)
-
-
-def _situate(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    """``DocumentContextExtractor._agenerate_node_context``: the stock call, after its document's prefill."""
-    state = _CALL.get()
-    binding = None if state is None else state.extraction.bindings.get(id(instance))
-    if binding is None:
-        return wrapped(*args, **kwargs)
-    return context_extract.situate(wrapped, state.extraction, binding, args, kwargs)
