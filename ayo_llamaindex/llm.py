@@ -14,6 +14,7 @@ still overlaps with independent work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from llama_index.core.llms.llm import LLM
 from llama_index.core.prompts import BasePromptTemplate
 
+from ayo_core.engines.llm_client import StopStream
 from ayo_llamaindex._util import overridden
 
 log = logging.getLogger(__name__)
@@ -141,7 +143,8 @@ class LLMBinding:
         if not self.recognized or send is None:
             response = await asyncio.to_thread(self.llm.complete, prompt)
             if stream_cb is not None and response.text:
-                stream_cb(response.text)
+                with contextlib.suppress(StopStream):  # the whole text is already here
+                    stream_cb(response.text)
             return response.text
         return await send(self.complete_request(prompt), stream_cb=stream_cb)
 

@@ -5,7 +5,9 @@ whatever else is embedding) then *search* (the index's own vector store and docs
 through the retriever's own ``_get_nodes_with_embeddings`` so nothing the user indexed
 is bypassed). ``QueryFusionRetriever`` becomes a streamed *decode* of its query-gen
 prompt whose lines flow to retrieval as soon as each is complete (decode pipelining),
-then the retriever's own fusion method. Anything else is retrieved by the user's
+then the retriever's own fusion method. The decode stops once the ``num_queries - 1``
+lines the retriever keeps are complete: stock decodes on to ``max_tokens`` (a small
+model rambles) and then discards the rest. Anything else is retrieved by the user's
 object (opaque), in a worker thread.
 """
 
@@ -22,6 +24,7 @@ from llama_index.core.retrievers import QueryFusionRetriever
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ayo_core.engines.llm_client import StopStream
 from ayo_llamaindex._util import overridden
 
 log = logging.getLogger(__name__)
@@ -140,11 +143,19 @@ class _PipelinedQueries:
         bundle = QueryBundle(query_str)
         return [asyncio.ensure_future(sub(bundle)) for sub in self.subs]
 
+    @property
+    def complete(self) -> bool:
+        """Every query the retriever will use is decoded: the rest of the text cannot change them."""
+        return len(self.started) >= self.retriever.num_queries - 1
+
     def on_delta(self, delta: str) -> None:
         self.text += delta
         for q in finished_queries(self.retriever, self.text)[len(self.started):]:
             self.started.append(q)
             self.tasks.append(self.start(q))
+        if self.complete:
+            # _get_queries keeps the first num_queries - 1 lines: decoding on is wasted time
+            raise StopStream
 
     def reconcile(self, final: list[str]) -> list[list[asyncio.Task]]:
         """Tasks for exactly the stock list of queries; restart any that diverged."""
@@ -176,7 +187,8 @@ async def fusion_retrieve(
         if retriever.num_queries > 1:
             pipe = _PipelinedQueries(retriever, subs)
             text = await complete(query_gen_prompt(retriever, query_bundle.query_str), stream_cb=pipe.on_delta)
-            final = parse_queries(retriever, text)
+            # stopped early, the text is a prefix; the finished lines are what stock parses from the whole
+            final = pipe.started if pipe.complete else parse_queries(retriever, text)
             per_query += pipe.reconcile(final)
             queries += [QueryBundle(q) for q in final]
         results: dict[tuple[str, int], list[NodeWithScore]] = {}

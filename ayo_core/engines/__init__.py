@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "ayo_core.engines.llm_server": ("serve_llm", "start_server", "main_serve", "LLMServer", "LLMServerError"),
-    "ayo_core.engines.llm_client": ("LLMEngine", "LLMResult", "LLMEngineError", "LLMRequestError"),
+    "ayo_core.engines.llm_client": ("LLMEngine", "LLMResult", "LLMEngineError", "LLMRequestError", "StopStream"),
     "ayo_core.engines.embedding": ("EmbeddingEngine", "EmbeddingEngineError", "EmbeddingQueueFull",
                                    "EmbeddingStats"),
     "ayo_core.engines.vectorstore": ("VectorStoreEngine", "VectorHit", "VectorStoreError"),
@@ -32,6 +32,7 @@ __all__ = [
     "LLMServer",
     "LLMServerError",
     "RerankResult",
+    "StopStream",
     "VectorHit",
     "VectorStoreEngine",
     "VectorStoreError",
@@ -47,7 +48,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ayo_core.engines.embedding import EmbeddingEngine, EmbeddingEngineError, EmbeddingQueueFull, EmbeddingStats
-    from ayo_core.engines.llm_client import LLMEngine, LLMEngineError, LLMRequestError, LLMResult
+    from ayo_core.engines.llm_client import LLMEngine, LLMEngineError, LLMRequestError, LLMResult, StopStream
     from ayo_core.engines.llm_server import LLMServer, LLMServerError, main_serve, serve_llm, start_server
     from ayo_core.engines.registry import get_embedding_engine, get_llm_engine, get_vector_store, reset_engines
     from ayo_core.engines.reranker import CrossEncoderReranker, LLMReranker, RerankResult, parse_score

@@ -41,6 +41,17 @@ class LLMRequestError(LLMEngineError):
     """The server answered with an HTTP error (bad request, prompt too long, unknown model...)."""
 
 
+class StopStream(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a ``stream_cb`` when the rest of the answer cannot matter to its consumer.
+
+    The engine stops reading, closes the stream (vLLM aborts the request and frees its
+    batch slot) and returns the text received so far with ``finish_reason="ayo_stop"``.
+    """
+
+
+STOPPED = "ayo_stop"
+
+
 @dataclass
 class LLMResult:
     """One generation. ``cached_tokens`` is how many prompt tokens hit vLLM's prefix cache."""
@@ -60,6 +71,17 @@ def _usage_into(result: LLMResult, usage: dict[str, Any] | None) -> None:
     result.completion_tokens = int(usage.get("completion_tokens") or 0)
     details = usage.get("prompt_tokens_details") or {}
     result.cached_tokens = int(details.get("cached_tokens") or 0)
+
+
+async def _deliver(stream_cb: StreamCallback, delta: str) -> bool:
+    """Hand ``delta`` to the callback; True when it raised :class:`StopStream`."""
+    try:
+        maybe = stream_cb(delta)
+        if inspect.isawaitable(maybe):
+            await maybe
+    except StopStream:
+        return True
+    return False
 
 
 def _choice_text(choice: dict[str, Any], chat: bool, streaming: bool) -> str:
@@ -195,18 +217,23 @@ class LLMEngine:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         parts: list[str] = []
         result = LLMResult("")
-        async for event in self._stream(url, body, op):
-            for choice in event.get("choices") or []:
-                delta = _choice_text(choice, chat, True)
-                if delta:
-                    parts.append(delta)
-                    maybe = stream_cb(delta)
-                    if inspect.isawaitable(maybe):
-                        await maybe
-                if choice.get("finish_reason"):
-                    result.finish_reason = choice["finish_reason"]
-            _usage_into(result, event.get("usage"))
-            result.raw = event
+        events = self._stream(url, body, op)
+        try:
+            async for event in events:
+                for choice in event.get("choices") or []:
+                    delta = _choice_text(choice, chat, True)
+                    if delta:
+                        parts.append(delta)
+                        if await _deliver(stream_cb, delta):
+                            result.text, result.finish_reason = "".join(parts), STOPPED
+                            result.completion_tokens = len(parts)  # deltas: about one token each
+                            return result
+                    if choice.get("finish_reason"):
+                        result.finish_reason = choice["finish_reason"]
+                _usage_into(result, event.get("usage"))
+                result.raw = event
+        finally:
+            await events.aclose()  # an early stop closes the HTTP stream: the server aborts the request
         result.text = "".join(parts)
         return result
 

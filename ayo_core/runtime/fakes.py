@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ayo_core.engines.llm_client import STOPPED, StopStream
 from ayo_core.runtime.context import Engines
 
 
@@ -172,9 +173,12 @@ class FakeLLM:
             if stream_cb is None:
                 await asyncio.sleep(per_token * len(out))
             else:
-                for token in out:
+                for k, token in enumerate(out):
                     await asyncio.sleep(per_token)
-                    stream_cb(token)
+                    try:
+                        stream_cb(token)
+                    except StopStream:  # the real engine's early stop: the text so far, the rest never decoded
+                        return FakeLLMResult("".join(out[: k + 1]), len(ids), k + 1, cached, STOPPED)
             finish = "length" if len(out) >= max_tokens else "stop"
             return FakeLLMResult("".join(out), len(ids), len(out), cached, finish)
         finally:

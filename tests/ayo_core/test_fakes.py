@@ -53,6 +53,23 @@ async def test_llm_prefix_cache_and_streaming(vclock):
     assert await llm.tokenize(prompt="a b c") == fakes.token_ids("a b c")
 
 
+async def test_llm_stop_stream_ends_the_answer_early(vclock):
+    from ayo_core.engines.llm_client import STOPPED, StopStream
+
+    llm = FakeLLM(LatencyModel(per_token=0.01))
+    full = await llm.complete("p", max_tokens=8)
+    seen: list[str] = []
+
+    def stop(delta: str) -> None:
+        seen.append(delta)
+        if len(seen) == 2:
+            raise StopStream
+
+    r = await llm.complete("p", max_tokens=8, stream_cb=stop)
+    assert r.finish_reason == STOPPED and r.completion_tokens == 2 and r.text == "".join(seen)
+    assert full.text.startswith(r.text)
+
+
 async def test_llm_batches_concurrent_sequences(vclock):
     llm = FakeLLM(LatencyModel(per_token=0.01, batch_efficiency=1.0), max_concurrency=8)
     loop = asyncio.get_running_loop()

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from ayo_core.engines.llm_client import LLMEngine, LLMEngineError, LLMRequestError
+from ayo_core.engines.llm_client import STOPPED, LLMEngine, LLMEngineError, LLMRequestError, StopStream
 
 QUESTION = [{"role": "user", "content": "Name three colors."}]
 
@@ -49,6 +49,26 @@ async def test_streamed_deltas_concatenate_to_the_plain_text(llm):
 
     seen.clear()
     assert (await llm.complete(prompt, max_tokens=12, stream_cb=async_cb)).text == "".join(seen) == plain_c.text
+
+
+@pytest.mark.llm
+async def test_stop_stream_returns_the_prefix_and_frees_the_server(llm):
+    prompt = "Count from one to twenty in words, separated by commas:"
+    full = await llm.complete(prompt, max_tokens=48)
+    seen: list[str] = []
+
+    def stop_after_three(delta: str) -> None:
+        seen.append(delta)
+        if len(seen) == 3:
+            raise StopStream
+
+    t0 = time.perf_counter()
+    cut = await llm.complete(prompt, max_tokens=48, stream_cb=stop_after_three)
+    assert cut.finish_reason == STOPPED and cut.text == "".join(seen) and len(seen) == 3
+    assert full.text.startswith(cut.text) and len(cut.text) < len(full.text)
+    assert time.perf_counter() - t0 < 30
+    # the aborted request left the server healthy: the same request answers as before
+    assert (await llm.complete(prompt, max_tokens=48)).text == full.text
 
 
 @pytest.mark.llm
