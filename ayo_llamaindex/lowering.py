@@ -170,9 +170,10 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
     async def expand(ctx: Any, query: QueryBundle) -> list[str]:
         if r.num_queries <= 1:
             return []
+        lines = retrieval.QueryLines(r, forward=ctx.stream_cb)  # stops the decode once the kept lines are done
         text = await llm.complete(llm_send(ctx, kind), retrieval.query_gen_prompt(r, query.query_str),
-                                  stream_cb=ctx.stream_cb)
-        return retrieval.parse_queries(r, text)
+                                  stream_cb=lines.on_delta)
+        return lines.queries(text)
 
     async def original(ctx: Any, query: QueryBundle) -> list[list[Any]]:
         return await _retrieve_with_subs(plan, assign, ctx, query)

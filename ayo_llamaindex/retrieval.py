@@ -129,6 +129,28 @@ def fuse(retriever: QueryFusionRetriever, results: dict[tuple[str, int], list[No
     return fused[: retriever.similarity_top_k]
 
 
+class QueryLines:
+    """A query-gen completion as it streams: ``on_delta`` (forwarding each delta) raises
+    :class:`StopStream` once the ``num_queries - 1`` lines the retriever keeps are complete."""
+
+    def __init__(self, retriever: QueryFusionRetriever, forward: Callable[[str], None] | None = None) -> None:
+        self.retriever, self.forward = retriever, forward
+        self.text = ""
+        self.complete = False
+
+    def on_delta(self, delta: str) -> None:
+        self.text += delta
+        if self.forward is not None:
+            self.forward(delta)
+        if len(finished_queries(self.retriever, self.text)) >= self.retriever.num_queries - 1:
+            self.complete = True
+            raise StopStream
+
+    def queries(self, text: str) -> list[str]:
+        """Stock's parse of the whole completion (equal to the finished lines after an early stop)."""
+        return finished_queries(self.retriever, self.text) if self.complete else parse_queries(self.retriever, text)
+
+
 class _PipelinedQueries:
     """Starts sub-retrievals for each generated query as soon as its line is decoded."""
 

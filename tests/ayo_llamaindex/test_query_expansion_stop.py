@@ -80,3 +80,32 @@ def test_early_stop_keeps_stock_queries(lines, tail, num_queries, chunk) -> None
     asked, _ = asyncio.run(retrieve_with(retriever, text, chunk))
     # every query stock retrieves was retrieved (a repeated one may be asked twice), nothing else
     assert set(asked) == {"original", *stock}
+
+
+def stream_lines(retriever: QueryFusionRetriever, text: str, chunk: int) -> tuple[list[str], str]:
+    """The graph path: ``QueryLines`` fed ``chunk``-character deltas until it stops the stream."""
+    forwarded: list[str] = []
+    lines = retrieval.QueryLines(retriever, forward=forwarded.append)
+    for i in range(0, len(text), chunk):
+        try:
+            lines.on_delta(text[i:i + chunk])
+        except StopStream:
+            break
+    assert "".join(forwarded) == lines.text  # the runtime's part parser saw every delta
+    return lines.queries(lines.text), lines.text
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=LINES, tail=st.sampled_from(["", "\n", "```", "\n```", "`"]), num_queries=st.integers(2, 5),
+       chunk=st.integers(1, 7))
+def test_query_lines_stop_keeps_stock_queries(lines, tail, num_queries, chunk) -> None:
+    text = "\n".join(lines) + tail
+    retriever = fusion(num_queries)
+    queries, read = stream_lines(retriever, text, chunk)
+    assert queries == retrieval.parse_queries(retriever, text)
+    assert text.startswith(read)
+
+
+def test_query_lines_stop_right_after_the_last_kept_line() -> None:
+    queries, read = stream_lines(fusion(3), "one\ntwo\nthree\nfour", chunk=1)
+    assert queries == ["one", "two"] and read == "one\ntwo\n"
