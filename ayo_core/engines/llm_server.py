@@ -327,10 +327,16 @@ def main_serve(argv: Sequence[str] | None = None) -> int:
     server: LLMServer | None = None
     try:
         server = start_server(args.port, args.dtype, args.model, args.served_model_name, args.startup_timeout)
+        # From here a signal only sets a flag: a KeyboardInterrupt raised inside Popen.poll() can
+        # leave its wait lock held, and stop() would then wait out its whole grace period.
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: stop.set())
         print(server.base_url, flush=True)
         print("vLLM is serving; press Ctrl-C to stop.", file=sys.stderr, flush=True)
         while server.alive():
-            time.sleep(1.0)
+            if stop.wait(1.0):
+                return 0
         print(f"ayo serve: the vLLM server exited. Last lines of {server.log_path}:\n{_tail(server.log_path)}",
               file=sys.stderr)
         return 1
