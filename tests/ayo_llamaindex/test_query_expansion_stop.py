@@ -68,13 +68,14 @@ def test_a_completion_without_enough_lines_is_read_to_the_end() -> None:
 
 
 LINES = st.lists(st.sampled_from(["q one", "  q two ", "", "```", "`", "``q``", "three", " "]), max_size=8)
+# a completion (lines + an ending), the retriever's num_queries, and the size of each streamed delta
+TEXTS = st.builds(lambda lines, tail: "\n".join(lines) + tail, LINES, st.sampled_from(["", "\n", "```", "\n```", "`"]))
+COMPLETIONS = given(text=TEXTS, num_queries=st.integers(2, 5), chunk=st.integers(1, 7))
 
 
 @settings(max_examples=300, deadline=None)
-@given(lines=LINES, tail=st.sampled_from(["", "\n", "```", "\n```", "`"]), num_queries=st.integers(2, 5),
-       chunk=st.integers(1, 7))
-def test_early_stop_keeps_stock_queries(lines, tail, num_queries, chunk) -> None:
-    text = "\n".join(lines) + tail
+@COMPLETIONS
+def test_early_stop_keeps_stock_queries(text, num_queries, chunk) -> None:
     retriever = fusion(num_queries)
     stock = retrieval.parse_queries(retriever, text)
     asked, _ = asyncio.run(retrieve_with(retriever, text, chunk))
@@ -96,10 +97,8 @@ def stream_lines(retriever: QueryFusionRetriever, text: str, chunk: int) -> tupl
 
 
 @settings(max_examples=300, deadline=None)
-@given(lines=LINES, tail=st.sampled_from(["", "\n", "```", "\n```", "`"]), num_queries=st.integers(2, 5),
-       chunk=st.integers(1, 7))
-def test_query_lines_stop_keeps_stock_queries(lines, tail, num_queries, chunk) -> None:
-    text = "\n".join(lines) + tail
+@COMPLETIONS
+def test_query_lines_stop_keeps_stock_queries(text, num_queries, chunk) -> None:
     retriever = fusion(num_queries)
     queries, read = stream_lines(retriever, text, chunk)
     assert queries == retrieval.parse_queries(retriever, text)
