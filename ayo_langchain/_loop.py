@@ -92,16 +92,21 @@ def iter_sync(agen: AsyncIterator[T]) -> Iterator[T]:
 
     fut = asyncio.run_coroutine_threadsafe(pump(), loop())
     try:
-        while True:
-            item, exc = q.get()
-            if item is _END:
-                if exc is not None:
-                    raise exc
-                return
-            yield item
+        yield from _drain(q.get)
     finally:
         if not fut.done():
             fut.cancel()
+
+
+def _drain(get: Callable[[], tuple[Any, BaseException | None]]) -> Iterator[Any]:
+    """Items from ``get()`` until the ``(_END, exc)`` marker; re-raises ``exc`` when set."""
+    while True:
+        item, exc = get()
+        if item is _END:
+            if exc is not None:
+                raise exc
+            return
+        yield item
 
 
 async def in_thread(source: AsyncIterator[Any] | None,
@@ -114,13 +119,7 @@ async def in_thread(source: AsyncIterator[Any] | None,
     outbox: asyncio.Queue = asyncio.Queue()
 
     def chunks() -> Iterator[Any]:
-        while True:
-            item, exc = inbox.get()
-            if item is _END:
-                if exc is not None:
-                    raise exc
-                return
-            yield item
+        return _drain(inbox.get)
 
     def work() -> None:
         try:

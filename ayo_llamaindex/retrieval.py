@@ -157,7 +157,9 @@ class _PipelinedQueries:
     def __init__(self, retriever: QueryFusionRetriever, subs: list[RetrieveFn]) -> None:
         self.retriever = retriever
         self.subs = subs
-        self.text = ""
+        # the stream itself (and its early stop) is QueryLines'; each delta also starts new retrievals
+        self.lines = QueryLines(retriever, forward=self._start_finished)
+        self.on_delta = self.lines.on_delta
         self.started: list[str] = []
         self.tasks: list[list[asyncio.Task]] = []  # per generated query, per sub-retriever
 
@@ -165,19 +167,10 @@ class _PipelinedQueries:
         bundle = QueryBundle(query_str)
         return [asyncio.ensure_future(sub(bundle)) for sub in self.subs]
 
-    @property
-    def complete(self) -> bool:
-        """Every query the retriever will use is decoded: the rest of the text cannot change them."""
-        return len(self.started) >= self.retriever.num_queries - 1
-
-    def on_delta(self, delta: str) -> None:
-        self.text += delta
-        for q in finished_queries(self.retriever, self.text)[len(self.started):]:
+    def _start_finished(self, _delta: str) -> None:
+        for q in finished_queries(self.retriever, self.lines.text)[len(self.started):]:
             self.started.append(q)
             self.tasks.append(self.start(q))
-        if self.complete:
-            # _get_queries keeps the first num_queries - 1 lines: decoding on is wasted time
-            raise StopStream
 
     def reconcile(self, final: list[str]) -> list[list[asyncio.Task]]:
         """Tasks for exactly the stock list of queries; restart any that diverged."""
@@ -210,7 +203,7 @@ async def fusion_retrieve(
             pipe = _PipelinedQueries(retriever, subs)
             text = await complete(query_gen_prompt(retriever, query_bundle.query_str), stream_cb=pipe.on_delta)
             # stopped early, the text is a prefix; the finished lines are what stock parses from the whole
-            final = pipe.started if pipe.complete else parse_queries(retriever, text)
+            final = pipe.lines.queries(text)
             per_query += pipe.reconcile(final)
             queries += [QueryBundle(q) for q in final]
         results: dict[tuple[str, int], list[NodeWithScore]] = {}
