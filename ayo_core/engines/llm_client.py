@@ -110,6 +110,9 @@ class LLMEngine:
         self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
             weakref.WeakKeyDictionary())
+        # False once the server rejected a request for its ``priority`` (servers without priority
+        # scheduling may: older vLLM, other OpenAI-compatible servers); Ayo then sends none.
+        self.accepts_priority = True
 
     def __repr__(self) -> str:
         return f"LLMEngine({self.base_url!r}, model={self.model!r})"
@@ -147,6 +150,21 @@ class LLMEngine:
         return LLMRequestError(f"LLM engine {self.model!r} at {self.base_url} rejected {op} "
                                f"(HTTP {status}): {detail}", self.base_url, status)
 
+    def _without_rejected_priority(self, status: int, text: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """``body`` minus ``priority`` when the server rejected the request for it, else None.
+
+        Priorities only order requests: a server that cannot take them still gives the same
+        answers, so Ayo drops them (once, for every later request) instead of failing the query.
+        """
+        if status not in (400, 422) or "priority" not in body or "priority" not in text.lower():
+            return None
+        if self.accepts_priority:
+            self.accepts_priority = False
+            log.warning("LLM engine at %s rejected a request priority (HTTP %s); sending none from now on. "
+                        "Start vLLM with --scheduling-policy priority to let Ayo order requests.",
+                        self.base_url, status)
+        return {k: v for k, v in body.items() if k != "priority"}
+
     # -- plumbing ---------------------------------------------------------------------------------
 
     async def _post(self, url: str, body: dict[str, Any], op: str) -> dict[str, Any]:
@@ -155,6 +173,9 @@ class LLMEngine:
         except httpx.HTTPError as exc:
             raise self._transport_error(op, exc) from exc
         if resp.status_code != 200:
+            retry = self._without_rejected_priority(resp.status_code, resp.text, body)
+            if retry is not None:
+                return await self._post(url, retry, op)
             raise self._status_error(op, resp.status_code, resp.text)
         try:
             data: dict[str, Any] = resp.json()
@@ -165,29 +186,41 @@ class LLMEngine:
 
     async def _stream(self, url: str, body: dict[str, Any], op: str) -> AsyncIterator[dict[str, Any]]:
         """Yield the JSON events of a server-sent-event stream."""
+        retry: dict[str, Any] | None = None
         try:
             async with self._client().stream("POST", url, json=body) as resp:
                 if resp.status_code != 200:
-                    raise self._status_error(op, resp.status_code, (await resp.aread()).decode("utf-8", "replace"))
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        return
-                    try:
-                        event = json.loads(payload)
-                    except ValueError as exc:
-                        raise LLMEngineError(f"LLM engine at {self.base_url} sent a malformed stream event in "
-                                             f"{op}: {payload[:200]!r}", self.base_url) from exc
-                    if "error" in event:
-                        raise self._status_error(op, 500, payload)
-                    yield event
+                    text = (await resp.aread()).decode("utf-8", "replace")
+                    retry = self._without_rejected_priority(resp.status_code, text, body)
+                    if retry is None:
+                        raise self._status_error(op, resp.status_code, text)
+                else:
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        payload = line[5:].strip()
+                        if payload == "[DONE]":
+                            return
+                        yield self._event(payload, op)
         except httpx.HTTPError as exc:
             raise self._transport_error(op, exc) from exc
+        if retry is not None:
+            async for event in self._stream(url, retry, op):
+                yield event
+            return
         # A stream that ends without [DONE] means the server went away mid-answer.
         raise LLMEngineError(f"LLM engine {self.model!r} at {self.base_url} closed the stream of {op} "
                              "before it finished. Is the vLLM server still running?", self.base_url)
+
+    def _event(self, payload: str, op: str) -> dict[str, Any]:
+        try:
+            event: dict[str, Any] = json.loads(payload)
+        except ValueError as exc:
+            raise LLMEngineError(f"LLM engine at {self.base_url} sent a malformed stream event in "
+                                 f"{op}: {payload[:200]!r}", self.base_url) from exc
+        if "error" in event:
+            raise self._status_error(op, 500, payload)
+        return event
 
     def _body(self, max_tokens: int | None, temperature: float | None, stop: str | list[str] | None,
               priority: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -198,7 +231,7 @@ class LLMEngine:
             body["temperature"] = temperature
         if stop is not None:
             body["stop"] = stop
-        if priority:
+        if priority and self.accepts_priority:
             # vLLM extension; only sent when set, so servers without priority scheduling still work.
             body["priority"] = priority
         body.update(extra)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -221,3 +223,76 @@ async def test_nothing_listening_is_an_engine_error():
     with pytest.raises(LLMEngineError, match=f"127.0.0.1:{port}"):
         await engine.complete("hi", max_tokens=1)
     assert await engine.health() is False
+
+
+# -- a server without priority scheduling (older vLLM, other OpenAI-compatible servers) --------
+
+
+class _NoPriorityServer:
+    """Loopback OpenAI-style server that rejects any request carrying ``priority``, as vLLM
+    before 0.8 did without ``--scheduling-policy priority``; records every body it gets."""
+
+    def __init__(self, message: str = "Got priority -5 but Priority scheduling is not enabled.") -> None:
+        self.bodies: list[dict] = []
+        rejection = json.dumps({"error": {"message": message, "code": 400}}).encode()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                server.bodies.append(body)
+                if "priority" in body:
+                    self._send(400, "application/json", rejection)
+                elif body.get("stream"):
+                    events = [{"choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("He", "llo")]
+                    payload = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+                    self._send(200, "text/event-stream", payload + b"data: [DONE]\n\n")
+                else:
+                    answer = {"choices": [{"index": 0, "text": "Hello", "finish_reason": "stop"}]}
+                    self._send(200, "application/json", json.dumps(answer).encode())
+
+            def _send(self, status: int, kind: str, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+async def test_a_server_that_rejects_priorities_gets_none_and_still_answers(caplog):
+    server = _NoPriorityServer()
+    try:
+        engine = LLMEngine(server.url, timeout=20)
+        assert (await engine.complete("hi", max_tokens=4, priority=-5)).text == "Hello"
+        assert engine.accepts_priority is False
+        assert "scheduling-policy priority" in caplog.text
+        streamed: list[str] = []
+        result = await engine.complete("hi", max_tokens=4, priority=-7, stream_cb=streamed.append)
+        assert result.text == "Hello" and streamed == ["He", "llo"]
+        assert [d async for d in engine.stream_complete("hi", priority=3)] == ["He", "llo"]
+        # one rejected request, then every request goes without a priority
+        assert [("priority" in b) for b in server.bodies] == [True, False, False, False]
+    finally:
+        server.close()
+
+
+async def test_a_bad_request_not_about_priority_is_still_an_error():
+    server = _NoPriorityServer(message="max_tokens must be at least 1")
+    try:
+        engine = LLMEngine(server.url, timeout=20)
+        with pytest.raises(LLMRequestError, match="max_tokens must be at least 1"):
+            await engine.complete("hi", max_tokens=4, priority=-5)
+        assert engine.accepts_priority is True and len(server.bodies) == 1  # no retry
+    finally:
+        server.close()
