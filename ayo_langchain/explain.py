@@ -12,6 +12,8 @@ def explain(fast: Any) -> str:
     lines = [f"Ayo plan for {fast.get_name()} (policy {plan.policy})", "", "modules:",
              format_tree(plan.root, 1)]
     opaque = plan.capturer.opaque
+    if fast.as_is():
+        lines += ["", "the whole chain is one opaque node: every call runs the user's object itself"]
     lines += ["", f"opaque ({len(opaque)}): " + ("none" if not opaque else "")]
     lines += [f"  {label}: {reason}" for label, reason in opaque]
     lines += ["", "engines:",

@@ -55,6 +55,7 @@ class QueryRun:
     sink: asyncio.Queue | None = None
     tail_from: int | None = None  # top-level sequence steps from here run outside the graph (astream)
     sync: bool = False  # the user called a sync method: user objects run their sync code, as in stock
+    streaming: bool = False  # the user called stream/astream: stock runs every step's transform
 
 
 async def call_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
@@ -193,6 +194,8 @@ class Lowerer:
         async def call(ctx: Any, value: Any) -> Any:
             if self.run.sync:
                 if not hasattr(lam, "func"):  # async-only lambda under a sync call: stock's error
+                    if self.run.streaming:  # stock's sync stream calls transform, which words it differently
+                        return await asyncio.to_thread(_transform_once, lam, value, run_cfg)
                     return await asyncio.to_thread(lam.invoke, value, run_cfg)
                 out = await asyncio.to_thread(lam._call_with_config, _lambda_body_sync(lam), value, run_cfg)
             else:
@@ -306,6 +309,14 @@ def _lambda_body(lam: Any, inline: bool) -> Callable[..., Any]:
                                      run_manager.get_sync())
 
     return body
+
+
+def _transform_once(runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
+    """``runnable.transform`` over the one-chunk stream ``[value]``, its chunks added up."""
+    out: Any = None
+    for chunk in runnable.transform(iter([value]), cfg):
+        out = chunk if out is None else out + chunk
+    return out
 
 
 def _lambda_body_sync(lam: Any) -> Callable[..., Any]:

@@ -156,6 +156,7 @@ class _ShimBase:
 
     keys: set[str] = set()
     object_name = ""
+    opening_chunk = True  # vLLM opens a chat stream with an empty role chunk, a completion stream without
 
     def __init__(self, original: Any) -> None:
         self._original = original
@@ -215,7 +216,7 @@ class _ShimBase:
         try:
             while (delta := await queue.get()) is not None:
                 if delta:
-                    if not sent:
+                    if not sent and self.opening_chunk:
                         yield self._chunk(rid, created, payload, "", None, first=True)
                     sent = True
                     yield self._chunk(rid, created, payload, delta, None)
@@ -224,19 +225,36 @@ class _ShimBase:
                 async for chunk in stream:
                     yield chunk if isinstance(chunk, dict) else chunk.model_dump()
                 return
-            if not sent:
+            if not sent and self.opening_chunk:
                 yield self._chunk(rid, created, payload, "", None, first=True)
             result = task.result()  # raises the engine's error, if any
-            yield self._chunk(rid, created, payload, "", result.finish_reason or "stop")
-            if (payload.get("stream_options") or {}).get("include_usage"):
+            # vLLM puts the response-level fields on the last event: the usage event when the
+            # request asked for usage, else the finishing chunk (the engine always asks for usage)
+            extras = _server_extras(result)
+            with_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+            last = self._chunk(rid, created, payload, "", result.finish_reason or "stop")
+            yield last if with_usage else {**last, **extras}
+            if with_usage:
                 yield {"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),
-                       "choices": [], "usage": _usage(result)}
+                       "choices": [], "usage": _usage(result), **extras}
         finally:
             if not task.done():
                 task.cancel()
 
     def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
         raise NotImplementedError
+
+
+def _is_full_body(raw: Any, kind: str) -> bool:
+    """``raw`` is a complete non-streamed response body of ``kind`` (not a stream's last event)."""
+    return isinstance(raw, dict) and raw.get("object") == kind and bool(raw.get("choices"))
+
+
+def _server_extras(result: Any) -> dict[str, Any]:
+    """Response-level fields of the server's last stream event that the SDK chunks carry
+    (``system_fingerprint``, ``service_tier``)."""
+    raw = getattr(result, "raw", None) or {}
+    return {k: raw[k] for k in ("system_fingerprint", "service_tier") if raw.get(k) is not None}
 
 
 def _usage(result: Any) -> dict[str, Any]:
@@ -263,8 +281,13 @@ class ChatCompletionsShim(_ShimBase):
             kwargs["priority"] = r.priority
         return await r.llm.chat(payload["messages"], stream_cb=on_delta, **kwargs)
 
-    async def _once(self, r: Route, payload: dict) -> dict:
+    async def _once(self, r: Route, payload: dict) -> Any:
         result = await self._call(r, payload, r.on_delta)
+        if _is_full_body(result.raw, "chat.completion"):
+            # the server's own answer, parsed as the SDK parses it: the same message, metadata, extras
+            from openai.types.chat import ChatCompletion
+
+            return ChatCompletion.construct(**result.raw)
         return {
             "id": f"ayo-{next(_ids)}",
             "object": "chat.completion",
@@ -291,6 +314,7 @@ class CompletionsShim(_ShimBase):
 
     keys = _COMPLETION_KEYS
     object_name = "text_completion"
+    opening_chunk = False
 
     async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None) -> Any:
         # the prompt goes as the payload has it (BaseOpenAI sends a one-item list)
@@ -308,6 +332,10 @@ class CompletionsShim(_ShimBase):
         else:
             calls = [payload]
         results = await asyncio.gather(*(self._call(r, c, r.on_delta) for c in calls))
+        if len(results) == 1 and _is_full_body(results[0].raw, "text_completion"):
+            from openai.types import Completion
+
+            return Completion.construct(**results[0].raw)
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         for res in results:
             for k, v in _usage(res).items():

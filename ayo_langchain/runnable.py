@@ -222,16 +222,39 @@ class OptimizedRunnable(Runnable):
     def get_output_schema(self, config: RunnableConfig | None = None) -> Any:
         return self.wrapped.get_output_schema(config)
 
+    @property
+    def config_specs(self) -> list[Any]:
+        return self.wrapped.config_specs
+
+    def get_graph(self, config: RunnableConfig | None = None) -> Any:
+        return self.wrapped.get_graph(config)
+
+    def as_is(self, kwargs: dict[str, Any] | None = None) -> bool:
+        """Run the user's object itself for this call.
+
+        When the whole chain is one opaque node, Ayo has nothing to schedule, and wrapping it
+        would add a chain run of its own and replace the object's own ``stream`` (an
+        ``AgentExecutor`` streams its steps, a LangGraph graph its state). Call-time kwargs
+        (``invoke(x, stop=[...])``) go to the wrapped object's own methods, which Ayo does not model.
+        """
+        return bool(kwargs) or isinstance(self.plan.root, cap.Opaque)
+
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.as_is(kwargs):
+            return self.wrapped.invoke(input, config, **kwargs)
         self.last_traces = []
         return _loop.run_sync(self._invoke(input, config, sync=True))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.as_is(kwargs):
+            return await self.wrapped.ainvoke(input, config, **kwargs)
         self.last_traces = []
         return await self._invoke(input, config)
 
     def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
               return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+        if self.as_is(kwargs):
+            return self.wrapped.batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
         if not inputs:
             return []
         self.last_traces = []
@@ -239,16 +262,22 @@ class OptimizedRunnable(Runnable):
 
     async def abatch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
                      return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
+        if self.as_is(kwargs):
+            return await self.wrapped.abatch(inputs, config, return_exceptions=return_exceptions, **kwargs)
         if not inputs:
             return []
         self.last_traces = []
         return await self._batch(inputs, config, return_exceptions)
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
+        if self.as_is(kwargs):
+            yield from self.wrapped.stream(input, config, **kwargs)
+            return
         yield from _loop.iter_sync(self._astream(input, config, sync=True))
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        async for chunk in self._astream(input, config):
+        source = self.wrapped.astream(input, config, **kwargs) if self.as_is(kwargs) else self._astream(input, config)
+        async for chunk in source:
             yield chunk
 
     # ---- execution ------------------------------------------------------------------
@@ -317,7 +346,7 @@ class OptimizedRunnable(Runnable):
         run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
                                                    run_id=config.pop("run_id", None))
         run = QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager,
-                       sync=sync)
+                       sync=sync, streaming=True)
         final: Any = None
         try:
             async for chunk in self._stream_chunks(input, run):
