@@ -25,25 +25,50 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
     """Return the optimized stand-in for a LlamaIndex query engine or a doc-QA function.
 
     ``policy`` names the engine schedulers' policy: ``critical_path`` (default),
-    ``depth`` or ``fifo``.
+    ``depth`` or ``fifo``. Optimizing an already optimized object optimizes its stock
+    object again (same object back when the policy is the same).
     """
     from llama_index.core.base.base_query_engine import BaseQueryEngine
 
+    from ayo_llamaindex.docqa import OptimizedFunction
+    from ayo_llamaindex.query_engine import OptimizedQueryEngine
+
+    if isinstance(target, OptimizedQueryEngine | OptimizedFunction):
+        # wrapping our own stand-in again would only add a layer (and a thread hop) per query
+        return target if target._policy == policy else optimize(target.stock, policy=policy)
     if isinstance(target, BaseQueryEngine):
-        from ayo_llamaindex.query_engine import OptimizedQueryEngine
-
         return OptimizedQueryEngine(target, policy=policy)
-    if callable(target):
-        from ayo_llamaindex.docqa import OptimizedFunction
-
-        return OptimizedFunction(target, policy=policy)
-    if type(target).__module__.startswith("llama_index."):
-        # never refuse a LlamaIndex pipeline: what Ayo cannot optimize runs as it is
-        log.warning("ayo_llamaindex.optimize: %s is neither a query engine nor a function; returned unchanged",
-                    type(target).__name__)
+    if _is_llama_index_object(target):
+        # a retriever, chat engine, index, ...: never refuse a LlamaIndex object (it runs as it is)
+        log.warning("ayo_llamaindex.optimize: %s", unsupported_message(target))
         return target
+    if callable(target):
+        return OptimizedFunction(target, policy=policy)
     raise TypeError(f"ayo_llamaindex.optimize() takes a LlamaIndex query engine or a function, got "
                     f"{type(target).__name__}; for an index, pass index.as_query_engine(...)")
+
+
+def _is_llama_index_object(target: Any) -> bool:
+    # the class or any base (a user's subclass of BaseRetriever is still a LlamaIndex object)
+    return any(getattr(cls, "__module__", "").startswith("llama_index.") for cls in type(target).__mro__[:-1])
+
+
+_FIXES = (
+    ("BaseRetriever", "a retriever: pass RetrieverQueryEngine.from_args(retriever, llm=...) (or "
+                      "index.as_query_engine(...)) to optimize() and call .retrieve()/.query() on the result"),
+    ("BaseChatEngine", "a chat engine: Ayo optimizes query engines; pass index.as_query_engine(...), or a "
+                       "function that answers a question, to optimize()"),
+    ("BaseIndex", "an index: pass index.as_query_engine(...) to optimize()"),
+)
+
+
+def unsupported_message(target: Any) -> str:
+    """What ``optimize`` says about a LlamaIndex object it returns unchanged: what it is, and the fix."""
+    names = {cls.__name__ for cls in type(target).__mro__}
+    what = next((fix for base, fix in _FIXES if base in names),
+                "not a query engine or a function: pass a query engine (index.as_query_engine(...)) or a "
+                "function that builds and queries one")
+    return f"{type(target).__name__} is returned unchanged (it runs as stock, unoptimized): it is {what}"
 
 
 def __getattr__(name: str) -> Any:

@@ -38,7 +38,7 @@ from ayo_core.graph import Graph, Node, Op
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex import ingest
 from ayo_llamaindex.capture import capture_query_engine, describe
-from ayo_llamaindex.runtime import LOOP, assign_engines, embed_send, runtime_for
+from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, embed_send, runtime_for
 
 log = logging.getLogger(__name__)
 _CALL: contextvars.ContextVar[CallState | None] = contextvars.ContextVar("ayo_docqa_call", default=None)
@@ -64,13 +64,22 @@ class OptimizedFunction:
         functools.update_wrapper(self, fn)
         self._fn = fn
         self._policy = policy
-        self._is_async = inspect.iscoroutinefunction(fn)
+        self._is_async = is_async_callable(fn)
         self._last: CallState | None = None
         self.last_trace: Any = None
         install_hooks()
 
     def __repr__(self) -> str:
         return f"OptimizedFunction({getattr(self._fn, '__qualname__', self._fn)!r})"
+
+    @property
+    def stock(self) -> Any:
+        """The user's original function."""
+        return self._fn
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        # ``@ayo_llamaindex.optimize`` on a method: bind like the function it replaces
+        return self if instance is None else BoundOptimizedFunction(self, instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._is_async:
@@ -123,6 +132,36 @@ class OptimizedFunction:
         return "\n".join(lines)
 
 
+def is_async_callable(fn: Any) -> bool:
+    """An ``async def`` function, method or partial of one, or an object with an ``async def __call__``."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    # an instance: its class's __call__ (looked up in the class dicts, as Python calls it)
+    call = next((vars(k)["__call__"] for k in type(fn).__mro__ if "__call__" in vars(k)), None)
+    return not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+
+
+class BoundOptimizedFunction:
+    """An optimized method bound to its instance (what ``instance.method`` returns)."""
+
+    def __init__(self, optimized: OptimizedFunction, instance: Any) -> None:
+        self.__func__, self.__self__ = optimized, instance
+        functools.update_wrapper(self, optimized, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__func__(self.__self__, *args, **kwargs)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        """The async form (see :meth:`OptimizedFunction.acall`)."""
+        return await self.__func__.acall(self.__self__, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # explain(), last_trace, stock
+        return getattr(self.__func__, name)
+
+    def __repr__(self) -> str:
+        return f"<bound {self.__func__!r} of {self.__self__!r}>"
+
+
 # -- the per-call graph --------------------------------------------------------------------------
 
 def build_call_graph(state: CallState, query_engine: Any) -> tuple[Graph, Any, Any]:
@@ -162,12 +201,15 @@ def _add_ingest_nodes(g: Graph, k: int, p: ingest.PendingIngest, assign: Any) ->
     return f"ingest{k}.add"
 
 
-async def run_call_query(state: CallState, query_engine: Any, query: Any) -> Any:
+async def run_call_query(state: CallState, query_engine: Any, query: Any,
+                         caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
     from ayo_llamaindex.query_engine import unwrap_failure
 
     # this task runs on Ayo's loop in a copy of the caller's context: nodes must not be
-    # intercepted again (an opaque node calls the stock query engine)
+    # intercepted again (an opaque node calls the stock query engine); in aquery, opaque
+    # nodes await the stock async methods on the caller's loop
     _CALL.set(None)
+    CALLER_LOOP.set(caller_loop)
     bundle = QueryBundle(query) if isinstance(query, str) else query
     graph, _, assign = build_call_graph(state, query_engine)
     state.graph = graph
@@ -266,4 +308,9 @@ def _aquery(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     if state is None or len(args) + len(kwargs) != 1:
         return wrapped(*args, **kwargs)
     query = args[0] if args else next(iter(kwargs.values()))
-    return LOOP.arun(run_call_query(state, instance, query))
+    return _arun_call_query(state, instance, query)
+
+
+async def _arun_call_query(state: CallState, query_engine: Any, query: Any) -> Any:
+    # the loop is the one awaiting this coroutine (``asyncio.run(qe.aquery(q))`` creates it first)
+    return await LOOP.arun(run_call_query(state, query_engine, query, asyncio.get_running_loop()))

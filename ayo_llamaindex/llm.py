@@ -23,7 +23,7 @@ from typing import Any, Literal
 from llama_index.core.llms.llm import LLM
 from llama_index.core.prompts import BasePromptTemplate
 
-from ayo_core.engines.llm_client import StopStream
+from ayo_core.engines.llm_client import LLMEngineError, LLMRequestError, StopStream
 from ayo_llamaindex._util import overridden
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class LLMBinding:
         if not self.recognized or send is None:
             return await asyncio.to_thread(self.llm.predict, prompt, **prompt_args)
         request = self.predict_request(prompt, **prompt_args)
-        text = await send(request, stream_cb=stream_cb)
+        text = await self._send(send, request, stream_cb)
         return self.parse(text)
 
     async def complete(
@@ -146,7 +146,43 @@ class LLMBinding:
                 with contextlib.suppress(StopStream):  # the whole text is already here
                     stream_cb(response.text)
             return response.text
-        return await send(self.complete_request(prompt), stream_cb=stream_cb)
+        return await self._send(send, self.complete_request(prompt), stream_cb)
+
+    async def _send(self, send: Callable[..., Any], request: LLMRequest, stream_cb: Any) -> str:
+        try:
+            return await send(request, stream_cb=stream_cb)
+        except LLMEngineError as exc:
+            raise sdk_error(self.llm, request, exc) from exc
+
+
+def sdk_error(llm: Any, request: LLMRequest, exc: LLMEngineError) -> BaseException:
+    """The exception the stock LLM's openai SDK raises for the same failure, Ayo's detail as a note.
+
+    Users catch ``openai.BadRequestError`` & co. (prompt too long, unknown model): an HTTP error
+    becomes the SDK's own error, built by the SDK's own ``_make_status_error_from_response``
+    from the server's status and body (same class, same message); a transport failure becomes
+    ``APIConnectionError`` / ``APITimeoutError`` (what stock raises once its retries are spent).
+    """
+    import httpx
+    import openai
+
+    path = "/chat/completions" if request.kind == "chat" else "/completions"
+    http_request = httpx.Request("POST", f"{str(llm.api_base).rstrip('/')}{path}")
+    try:
+        if isinstance(exc, LLMRequestError) and exc.status_code is not None and exc.body is not None:
+            response = httpx.Response(exc.status_code, request=http_request, content=exc.body.encode())
+            out: BaseException = llm._get_client()._make_status_error_from_response(response)
+        elif isinstance(exc.__cause__, httpx.TimeoutException):
+            out = openai.APITimeoutError(request=http_request)
+        elif isinstance(exc.__cause__, httpx.HTTPError):
+            out = openai.APIConnectionError(request=http_request)
+        else:
+            return exc  # not a failure the SDK would report (a malformed stream): Ayo's own error
+    except Exception:  # noqa: BLE001 - an SDK without these internals: keep Ayo's (clear) error
+        log.debug("could not rebuild the openai SDK error", exc_info=True)
+        return exc
+    out.add_note(f"Ayo: {exc}")
+    return out
 
 
 def _json_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

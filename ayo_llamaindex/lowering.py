@@ -28,7 +28,7 @@ from llama_index.core.schema import QueryBundle
 from ayo_core.graph import Graph, Node, Op
 from ayo_llamaindex import postprocess, prefill, retrieval, speculation, synthesis
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
-from ayo_llamaindex.runtime import EngineAssignment, embed_send, llm_send
+from ayo_llamaindex.runtime import EngineAssignment, call_stock, embed_send, in_async_call, llm_send
 
 
 def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_after: frozenset[str] = frozenset(),
@@ -41,7 +41,7 @@ def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_aft
         qe = plan.obj
 
         async def run_engine(ctx: Any, query: QueryBundle) -> Any:
-            return await asyncio.to_thread(qe.query, query)
+            return await call_stock(qe.query, qe.aquery, query)
 
         g.add(Node("query_engine", Op.OPAQUE, fn=run_engine, inputs={"query": query_input}, module="query_engine",
                    after=extra_after, cost=1.0, meta={"reason": plan.reason}))
@@ -153,7 +153,10 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
 
     async def search(ctx: Any, query: QueryBundle, embedding: Any) -> Any:
         if embedding is not None:
-            query.embedding = embedding  # stock retrieve() leaves it on the caller's bundle
+            # stock retrieve() leaves the embedding on the caller's bundle; aretrieve() does not
+            if in_async_call():
+                query = copy.copy(query)
+            query.embedding = embedding
         return await asyncio.to_thread(retrieval.search_sync, r, query)
 
     g.add(Node("retrieve.embed", Op.EMBED, fn=embed_query, inputs={"query": query}, engine=kind or "local",
@@ -285,7 +288,7 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
     synth = plan.obj
     if plan.mode is None:
         async def run_opaque(ctx: Any, query: QueryBundle, nodes: list) -> Any:
-            return await asyncio.to_thread(synth.synthesize, query, nodes)
+            return await call_stock(synth.synthesize, synth.asynthesize, query=query, nodes=nodes)
 
         g.add(Node("synthesize", Op.OPAQUE, fn=run_opaque, inputs={"query": query, "nodes": nodes},
                    module="synthesizer", cost=1.0, meta={"reason": plan.reason}))

@@ -19,6 +19,7 @@ from llama_index.core.postprocessor import LLMRerank
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ayo_llamaindex._util import overridden
+from ayo_llamaindex.runtime import call_stock
 
 PredictFn = Callable[..., Awaitable[str]]
 
@@ -61,5 +62,5 @@ async def llm_rerank(
 
 
 async def local_postprocess(pp: Any, nodes: list[NodeWithScore], query_bundle: QueryBundle) -> list[NodeWithScore]:
-    """The user's postprocessor, as stock ``RetrieverQueryEngine.retrieve`` calls it."""
-    return await asyncio.to_thread(pp.postprocess_nodes, nodes, query_bundle=query_bundle)
+    """The user's postprocessor, as stock ``RetrieverQueryEngine`` calls it (``apostprocess_nodes`` in ``aquery``)."""
+    return await call_stock(pp.postprocess_nodes, pp.apostprocess_nodes, nodes, query_bundle=query_bundle)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -10,11 +11,11 @@ from typing import Any
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import RESPONSE_TYPE
 from llama_index.core.prompts.mixin import PromptMixinType
-from llama_index.core.schema import QueryBundle
+from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
-from ayo_llamaindex.runtime import LOOP, assign_engines, runtime_for
+from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, runtime_for
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -67,7 +68,8 @@ class OptimizedQueryEngine(BaseQueryEngine):
     def _get_prompt_modules(self) -> PromptMixinType:
         return self._stock._get_prompt_modules()
 
-    async def _run(self, query_bundle: QueryBundle) -> Any:
+    async def _run(self, query_bundle: QueryBundle, caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
+        CALLER_LOOP.set(caller_loop)  # this task's own context: opaque nodes take stock's async path in aquery
         rt = runtime_for(self._assign, self._policy)
         graph = self._graph.for_query(f"li{next(_ids)}")
         graph.meta["overhead"] = {"capture": self._capture_s} if self.last_trace is None else {}
@@ -82,7 +84,29 @@ class OptimizedQueryEngine(BaseQueryEngine):
         return LOOP.run(self._run(query_bundle))
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return await LOOP.arun(self._run(query_bundle))
+        return await LOOP.arun(self._run(query_bundle, asyncio.get_running_loop()))
+
+    # -- the rest of the stock engine's API (retrieve, synthesize, retriever, ...) is the stock
+    # engine's own: BaseQueryEngine's defaults would raise NotImplementedError where stock works
+    def retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._stock.retrieve(query_bundle)
+
+    async def aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return await self._stock.aretrieve(query_bundle)
+
+    def synthesize(self, *args: Any, **kwargs: Any) -> RESPONSE_TYPE:
+        return self._stock.synthesize(*args, **kwargs)
+
+    async def asynthesize(self, *args: Any, **kwargs: Any) -> RESPONSE_TYPE:
+        return await self._stock.asynthesize(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names this class lacks (``retriever``, ``with_retriever``, private
+        # attributes users read): the stock engine's; never during __init__ (no recursion)
+        stock = self.__dict__.get("_stock")
+        if stock is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(stock, name)
 
     def explain(self) -> str:
         """Module graph, primitive graph, passes that fired, what stayed opaque (and why)."""

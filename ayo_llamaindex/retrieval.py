@@ -14,6 +14,7 @@ object (opaque), in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,6 +27,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ayo_core.engines.llm_client import StopStream
 from ayo_llamaindex._util import overridden
+from ayo_llamaindex.runtime import call_stock, in_async_call
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +80,17 @@ async def vector_retrieve(
 ) -> list[NodeWithScore]:
     """``retriever.retrieve(query_bundle)`` with the query embedded by Ayo's engine."""
     if needs_query_embedding(retriever, query_bundle):
-        # stock sync retrieval stores the embedding on the caller's bundle; keep that
-        query_bundle.embedding = await embed_queries(list(query_bundle.embedding_strs))
+        # stock sync retrieval stores the embedding on the caller's bundle; async does not
+        embedding = await embed_queries(list(query_bundle.embedding_strs))
+        if in_async_call():
+            query_bundle = copy.copy(query_bundle)
+        query_bundle.embedding = embedding
     return await asyncio.to_thread(search_sync, retriever, query_bundle)
 
 
 async def opaque_retrieve(retriever: Any, query_bundle: QueryBundle) -> list[NodeWithScore]:
-    """The user's retriever, called as stock ``RetrieverQueryEngine`` calls it."""
-    return await asyncio.to_thread(retriever.retrieve, query_bundle)
+    """The user's retriever, called as stock ``RetrieverQueryEngine`` calls it (``aretrieve`` in ``aquery``)."""
+    return await call_stock(retriever.retrieve, retriever.aretrieve, query_bundle)
 
 
 # -- QueryFusionRetriever ------------------------------------------------------------
@@ -129,12 +134,24 @@ def fuse(retriever: QueryFusionRetriever, results: dict[tuple[str, int], list[No
     return fused[: retriever.similarity_top_k]
 
 
+def report_queries(retriever: QueryFusionRetriever, text: str) -> None:
+    """``_get_queries``'s ``verbose=True`` output: every parsed line, before the cut to ``num_queries - 1``."""
+    if retriever._verbose:
+        queries = [q.strip() for q in text.strip("`").split("\n") if q.strip()]
+        queries_str = "\n".join(queries)
+        print(f"Generated queries:\n{queries_str}")  # stock prints to stdout; so does the mirror
+
+
 class QueryLines:
     """A query-gen completion as it streams: ``on_delta`` (forwarding each delta) raises
-    :class:`StopStream` once the ``num_queries - 1`` lines the retriever keeps are complete."""
+    :class:`StopStream` once the ``num_queries - 1`` lines the retriever keeps are complete.
+
+    A ``verbose`` retriever prints every line the LLM wrote, so its decode runs to the end as in stock.
+    """
 
     def __init__(self, retriever: QueryFusionRetriever, forward: Callable[[str], None] | None = None) -> None:
         self.retriever, self.forward = retriever, forward
+        self.stop_early = not retriever._verbose
         self.text = ""
         self.complete = False
 
@@ -142,13 +159,16 @@ class QueryLines:
         self.text += delta
         if self.forward is not None:
             self.forward(delta)
-        if len(finished_queries(self.retriever, self.text)) >= self.retriever.num_queries - 1:
+        if self.stop_early and len(finished_queries(self.retriever, self.text)) >= self.retriever.num_queries - 1:
             self.complete = True
             raise StopStream
 
     def queries(self, text: str) -> list[str]:
         """Stock's parse of the whole completion (equal to the finished lines after an early stop)."""
-        return finished_queries(self.retriever, self.text) if self.complete else parse_queries(self.retriever, text)
+        if self.complete:
+            return finished_queries(self.retriever, self.text)
+        report_queries(self.retriever, text)
+        return parse_queries(self.retriever, text)
 
 
 class _PipelinedQueries:

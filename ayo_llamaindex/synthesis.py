@@ -143,6 +143,8 @@ async def tree_summarize(synth: TreeSummarize, query_str: str, chunks: Sequence[
     stalled, previous = 0, None
     while True:
         chunks = synth._prompt_helper.repack(summary_template, text_chunks=chunks, llm=synth._llm)
+        if synth._verbose:
+            print(f"{len(chunks)} text chunks after repacking")  # stock's verbose output, on stdout as in stock
         if len(chunks) == 1:
             return await predict(summary_template, context_str=chunks[0])
         # stock recurses until RecursionError (minutes of LLM calls) when summaries never fit

@@ -31,10 +31,11 @@ StreamCallback = Callable[[str], None] | Callable[[str], Awaitable[None]]
 class LLMEngineError(RuntimeError):
     """The LLM engine (a vLLM server) failed, died or timed out; ``base_url`` names it."""
 
-    def __init__(self, message: str, base_url: str, status_code: int | None = None) -> None:
+    def __init__(self, message: str, base_url: str, status_code: int | None = None, body: str | None = None) -> None:
         super().__init__(message)
         self.base_url = base_url
         self.status_code = status_code
+        self.body = body  # the server's raw error body (adapters rebuild the client SDK's own error from it)
 
 
 class LLMRequestError(LLMEngineError):
@@ -148,7 +149,7 @@ class LLMEngine:
         except ValueError:
             detail = body[:500]
         return LLMRequestError(f"LLM engine {self.model!r} at {self.base_url} rejected {op} "
-                               f"(HTTP {status}): {detail}", self.base_url, status)
+                               f"(HTTP {status}): {detail}", self.base_url, status, body=body)
 
     def _without_rejected_priority(self, status: int, text: str, body: dict[str, Any]) -> dict[str, Any] | None:
         """``body`` minus ``priority`` when the server rejected the request for it, else None.
