@@ -13,6 +13,7 @@ import asyncio
 import inspect
 import json
 import logging
+import random
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -92,6 +93,31 @@ def _choice_text(choice: dict[str, Any], chat: bool, streaming: bool) -> str:
     return part.get("content") or ""
 
 
+# What the OpenAI SDK retries (``openai._base_client``): timeouts, conflicts, rate limits,
+# server errors, and transport failures; with its backoff, so a user's ``max_retries`` means
+# under Ayo what it means in stock.
+RETRY_STATUSES = frozenset({408, 409, 429})
+INITIAL_RETRY_DELAY, MAX_RETRY_DELAY = 0.5, 8.0
+
+
+def retry_delay(attempt: int, headers: httpx.Headers | None = None) -> float:
+    """Seconds before retry number ``attempt + 1``: the server's ``retry-after`` when sane, else
+    exponential backoff with jitter (as the OpenAI SDK waits)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = (headers or {}).get(name)
+        try:
+            wait = float(value) * scale if value is not None else None
+        except ValueError:
+            wait = None
+        if wait is not None and 0 < wait <= 60:
+            return wait
+    return min(INITIAL_RETRY_DELAY * 2.0 ** attempt, MAX_RETRY_DELAY) * (1 - 0.25 * random.random())
+
+
+def _retryable(status: int) -> bool:
+    return status in RETRY_STATUSES or status >= 500
+
+
 class LLMEngine:
     """Async engine over one vLLM server (``base_url`` ends in ``/v1``).
 
@@ -168,16 +194,27 @@ class LLMEngine:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    async def _post(self, url: str, body: dict[str, Any], op: str) -> dict[str, Any]:
-        try:
-            resp = await self._client().post(url, json=body)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(op, exc) from exc
-        if resp.status_code != 200:
+    async def _post(self, url: str, body: dict[str, Any], op: str, max_retries: int = 0) -> dict[str, Any]:
+        attempt = 0
+        while True:
+            try:
+                resp = await self._client().post(url, json=body)
+            except httpx.HTTPError as exc:
+                if attempt >= max_retries:
+                    raise self._transport_error(op, exc) from exc
+                await self._before_retry(op, attempt, f"{type(exc).__name__}", None)
+                attempt += 1
+                continue
+            if resp.status_code == 200:
+                break
             retry = self._without_rejected_priority(resp.status_code, resp.text, body)
             if retry is not None:
-                return await self._post(url, retry, op)
-            raise self._status_error(op, resp.status_code, resp.text)
+                body = retry
+            elif attempt < max_retries and _retryable(resp.status_code):
+                await self._before_retry(op, attempt, f"HTTP {resp.status_code}", resp.headers)
+                attempt += 1
+            else:
+                raise self._status_error(op, resp.status_code, resp.text)
         try:
             data: dict[str, Any] = resp.json()
         except ValueError as exc:
@@ -185,33 +222,51 @@ class LLMEngine:
                                  f"{resp.text[:200]!r}", self.base_url) from exc
         return data
 
-    async def _stream(self, url: str, body: dict[str, Any], op: str) -> AsyncIterator[dict[str, Any]]:
-        """Yield the JSON events of a server-sent-event stream."""
-        retry: dict[str, Any] | None = None
-        try:
-            async with self._client().stream("POST", url, json=body) as resp:
-                if resp.status_code != 200:
-                    text = (await resp.aread()).decode("utf-8", "replace")
-                    retry = self._without_rejected_priority(resp.status_code, text, body)
-                    if retry is None:
-                        raise self._status_error(op, resp.status_code, text)
-                else:
-                    async for line in resp.aiter_lines():
-                        if not line.startswith("data:"):
+    async def _before_retry(self, op: str, attempt: int, why: str, headers: httpx.Headers | None) -> None:
+        delay = retry_delay(attempt, headers)
+        log.info("LLM engine at %s: %s failed (%s); retry %d in %.2f s", self.base_url, op, why, attempt + 1, delay)
+        await asyncio.sleep(delay)
+
+    async def _stream(self, url: str, body: dict[str, Any], op: str,
+                      max_retries: int = 0) -> AsyncIterator[dict[str, Any]]:
+        """Yield the JSON events of a server-sent-event stream.
+
+        A failed request is retried (up to ``max_retries`` times) only while no event has been
+        yielded: after that the consumer has seen part of an answer, which a new request would repeat.
+        """
+        attempt = 0
+        while True:
+            yielded, retry_why, headers = False, "", None
+            try:
+                async with self._client().stream("POST", url, json=body) as resp:
+                    if resp.status_code != 200:
+                        text = (await resp.aread()).decode("utf-8", "replace")
+                        retry = self._without_rejected_priority(resp.status_code, text, body)
+                        if retry is not None:
+                            body = retry
                             continue
-                        payload = line[5:].strip()
-                        if payload == "[DONE]":
-                            return
-                        yield self._event(payload, op)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(op, exc) from exc
-        if retry is not None:
-            async for event in self._stream(url, retry, op):
-                yield event
-            return
-        # A stream that ends without [DONE] means the server went away mid-answer.
-        raise LLMEngineError(f"LLM engine {self.model!r} at {self.base_url} closed the stream of {op} "
-                             "before it finished. Is the vLLM server still running?", self.base_url)
+                        if attempt >= max_retries or not _retryable(resp.status_code):
+                            raise self._status_error(op, resp.status_code, text)
+                        retry_why, headers = f"HTTP {resp.status_code}", resp.headers
+                    else:
+                        async for line in resp.aiter_lines():
+                            if not line.startswith("data:"):
+                                continue
+                            payload = line[5:].strip()
+                            if payload == "[DONE]":
+                                return
+                            yielded = True
+                            yield self._event(payload, op)
+            except httpx.HTTPError as exc:
+                if yielded or attempt >= max_retries:
+                    raise self._transport_error(op, exc) from exc
+                retry_why = type(exc).__name__
+            if not retry_why:
+                # A stream that ends without [DONE] means the server went away mid-answer.
+                raise LLMEngineError(f"LLM engine {self.model!r} at {self.base_url} closed the stream of {op} "
+                                     "before it finished. Is the vLLM server still running?", self.base_url)
+            await self._before_retry(op, attempt, retry_why, headers)
+            attempt += 1
 
     def _event(self, payload: str, op: str) -> dict[str, Any]:
         try:
@@ -239,11 +294,11 @@ class LLMEngine:
         return body
 
     async def _generate(self, path: str, body: dict[str, Any], chat: bool,
-                        stream_cb: StreamCallback | None) -> LLMResult:
+                        stream_cb: StreamCallback | None, max_retries: int) -> LLMResult:
         op = f"POST {path}"
         url = self.base_url + path
         if stream_cb is None:
-            data = await self._post(url, body, op)
+            data = await self._post(url, body, op, max_retries)
             choice = (data.get("choices") or [{}])[0]
             result = LLMResult(_choice_text(choice, chat, False), finish_reason=choice.get("finish_reason"), raw=data)
             _usage_into(result, data.get("usage"))
@@ -251,7 +306,7 @@ class LLMEngine:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         parts: list[str] = []
         result = LLMResult("")
-        events = self._stream(url, body, op)
+        events = self._stream(url, body, op, max_retries)
         try:
             async for event in events:
                 for choice in event.get("choices") or []:
@@ -275,40 +330,43 @@ class LLMEngine:
 
     async def complete(self, prompt: Prompt, max_tokens: int | None = None, temperature: float | None = 0.0,
                        stop: str | list[str] | None = None, priority: int = 0,
-                       stream_cb: StreamCallback | None = None, **extra: Any) -> LLMResult:
+                       stream_cb: StreamCallback | None = None, max_retries: int = 0, **extra: Any) -> LLMResult:
         """``/v1/completions`` for a text or token-id prompt. ``extra`` goes into the body as is
         (seed, top_p, logprobs, ignore_eos, ...). With ``stream_cb`` the answer is streamed and
-        each delta is passed to it (sync or async callable) as it arrives."""
+        each delta is passed to it (sync or async callable) as it arrives. ``max_retries``: how
+        often a request that failed the way the OpenAI SDK retries (timeouts, 408/409/429/5xx,
+        transport errors) is sent again, with the SDK's backoff; a stream only before its first delta."""
         body = self._body(max_tokens, temperature, stop, priority, extra)
         body["prompt"] = prompt
-        return await self._generate("/completions", body, False, stream_cb)
+        return await self._generate("/completions", body, False, stream_cb, max_retries)
 
     async def chat(self, messages: Messages, max_tokens: int | None = None, temperature: float | None = 0.0,
                    stop: str | list[str] | None = None, priority: int = 0,
-                   stream_cb: StreamCallback | None = None, **extra: Any) -> LLMResult:
+                   stream_cb: StreamCallback | None = None, max_retries: int = 0, **extra: Any) -> LLMResult:
         """``/v1/chat/completions``; same options as ``complete``."""
         body = self._body(max_tokens, temperature, stop, priority, extra)
         body["messages"] = messages
-        return await self._generate("/chat/completions", body, True, stream_cb)
+        return await self._generate("/chat/completions", body, True, stream_cb, max_retries)
 
     async def stream_complete(self, prompt: Prompt, max_tokens: int | None = None,
                               temperature: float | None = 0.0, stop: str | list[str] | None = None,
-                              priority: int = 0, **extra: Any) -> AsyncIterator[str]:
+                              priority: int = 0, max_retries: int = 0, **extra: Any) -> AsyncIterator[str]:
         """Text deltas of ``complete`` as they are generated."""
         body = self._body(max_tokens, temperature, stop, priority, extra)
         body.update(prompt=prompt, stream=True)
-        async for event in self._stream(self.base_url + "/completions", body, "POST /completions"):
+        async for event in self._stream(self.base_url + "/completions", body, "POST /completions", max_retries):
             for choice in event.get("choices") or []:
                 if delta := _choice_text(choice, False, True):
                     yield delta
 
     async def stream_chat(self, messages: Messages, max_tokens: int | None = None,
                           temperature: float | None = 0.0, stop: str | list[str] | None = None,
-                          priority: int = 0, **extra: Any) -> AsyncIterator[str]:
+                          priority: int = 0, max_retries: int = 0, **extra: Any) -> AsyncIterator[str]:
         """Text deltas of ``chat`` as they are generated."""
         body = self._body(max_tokens, temperature, stop, priority, extra)
         body.update(messages=messages, stream=True)
-        async for event in self._stream(self.base_url + "/chat/completions", body, "POST /chat/completions"):
+        async for event in self._stream(self.base_url + "/chat/completions", body, "POST /chat/completions",
+                                        max_retries):
             for choice in event.get("choices") or []:
                 if delta := _choice_text(choice, True, True):
                     yield delta

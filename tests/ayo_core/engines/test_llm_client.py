@@ -225,16 +225,20 @@ async def test_nothing_listening_is_an_engine_error():
     assert await engine.health() is False
 
 
-# -- a server without priority scheduling (older vLLM, other OpenAI-compatible servers) --------
+# -- scripted OpenAI-style servers: no priority scheduling, transient failures -----------------
 
 
-class _NoPriorityServer:
-    """Loopback OpenAI-style server that rejects any request carrying ``priority``, as vLLM
-    before 0.8 did without ``--scheduling-policy priority``; records every body it gets."""
+class _StubServer:
+    """Loopback OpenAI-style server; records every body it gets.
 
-    def __init__(self, message: str = "Got priority -5 but Priority scheduling is not enabled.") -> None:
+    ``priority_message``: reject any request carrying ``priority`` with HTTP 400 and this
+    message, as vLLM before 0.8 did without ``--scheduling-policy priority``.
+    ``fail_first``: answer the first requests with these statuses (``retry-after-ms: 10``).
+    """
+
+    def __init__(self, priority_message: str | None = None, fail_first: tuple[int, ...] = ()) -> None:
         self.bodies: list[dict] = []
-        rejection = json.dumps({"error": {"message": message, "code": 400}}).encode()
+        failures = list(fail_first)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -244,20 +248,26 @@ class _NoPriorityServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 server.bodies.append(body)
-                if "priority" in body:
-                    self._send(400, "application/json", rejection)
+                if priority_message is not None and "priority" in body:
+                    self._send(400, json.dumps({"error": {"message": priority_message, "code": 400}}).encode())
+                elif failures:
+                    status = failures.pop(0)
+                    self._send(status, b'{"error": {"message": "try again"}}', {"retry-after-ms": "10"})
                 elif body.get("stream"):
                     events = [{"choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("He", "llo")]
                     payload = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
-                    self._send(200, "text/event-stream", payload + b"data: [DONE]\n\n")
+                    self._send(200, payload + b"data: [DONE]\n\n", kind="text/event-stream")
                 else:
-                    answer = {"choices": [{"index": 0, "text": "Hello", "finish_reason": "stop"}]}
-                    self._send(200, "application/json", json.dumps(answer).encode())
+                    self._send(200, json.dumps({"choices": [{"index": 0, "text": "Hello", "finish_reason": "stop"}]})
+                               .encode())
 
-            def _send(self, status: int, kind: str, payload: bytes) -> None:
+            def _send(self, status: int, payload: bytes, headers: dict | None = None,
+                      kind: str = "application/json") -> None:
                 self.send_response(status)
                 self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(payload)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(payload)
 
@@ -270,29 +280,84 @@ class _NoPriorityServer:
         self.httpd.server_close()
 
 
-async def test_a_server_that_rejects_priorities_gets_none_and_still_answers(caplog):
-    server = _NoPriorityServer()
-    try:
-        engine = LLMEngine(server.url, timeout=20)
-        assert (await engine.complete("hi", max_tokens=4, priority=-5)).text == "Hello"
-        assert engine.accepts_priority is False
-        assert "scheduling-policy priority" in caplog.text
-        streamed: list[str] = []
-        result = await engine.complete("hi", max_tokens=4, priority=-7, stream_cb=streamed.append)
-        assert result.text == "Hello" and streamed == ["He", "llo"]
-        assert [d async for d in engine.stream_complete("hi", priority=3)] == ["He", "llo"]
-        # one rejected request, then every request goes without a priority
-        assert [("priority" in b) for b in server.bodies] == [True, False, False, False]
-    finally:
-        server.close()
+@pytest.fixture
+def stub(request):
+    server = _StubServer(**request.param)
+    yield server
+    server.close()
 
 
-async def test_a_bad_request_not_about_priority_is_still_an_error():
-    server = _NoPriorityServer(message="max_tokens must be at least 1")
-    try:
-        engine = LLMEngine(server.url, timeout=20)
-        with pytest.raises(LLMRequestError, match="max_tokens must be at least 1"):
-            await engine.complete("hi", max_tokens=4, priority=-5)
-        assert engine.accepts_priority is True and len(server.bodies) == 1  # no retry
-    finally:
-        server.close()
+NO_PRIORITY = {"priority_message": "Got priority -5 but Priority scheduling is not enabled."}
+
+
+@pytest.mark.parametrize("stub", [NO_PRIORITY], indirect=True)
+async def test_a_server_that_rejects_priorities_gets_none_and_still_answers(stub, caplog):
+    engine = LLMEngine(stub.url, timeout=20)
+    assert (await engine.complete("hi", max_tokens=4, priority=-5)).text == "Hello"
+    assert engine.accepts_priority is False
+    assert "scheduling-policy priority" in caplog.text
+    streamed: list[str] = []
+    result = await engine.complete("hi", max_tokens=4, priority=-7, stream_cb=streamed.append)
+    assert result.text == "Hello" and streamed == ["He", "llo"]
+    assert [d async for d in engine.stream_complete("hi", priority=3)] == ["He", "llo"]
+    # one rejected request, then every request goes without a priority
+    assert [("priority" in b) for b in stub.bodies] == [True, False, False, False]
+
+
+@pytest.mark.parametrize("stub", [{"priority_message": "max_tokens must be at least 1"}], indirect=True)
+async def test_a_bad_request_not_about_priority_is_still_an_error(stub):
+    engine = LLMEngine(stub.url, timeout=20)
+    with pytest.raises(LLMRequestError, match="max_tokens must be at least 1"):
+        await engine.complete("hi", max_tokens=4, priority=-5)
+    assert engine.accepts_priority is True and len(stub.bodies) == 1  # no retry
+
+
+@pytest.mark.parametrize("stub", [{"fail_first": (503, 429)}], indirect=True)
+@pytest.mark.parametrize("how", ["plain", "stream_cb", "stream_chat"])
+async def test_transient_failures_are_retried_up_to_max_retries(stub, how):
+    engine = LLMEngine(stub.url, timeout=20)
+    if how == "plain":
+        assert (await engine.complete("hi", max_tokens=4, max_retries=2)).text == "Hello"
+    elif how == "stream_cb":
+        seen: list[str] = []
+        assert (await engine.complete("hi", stream_cb=seen.append, max_retries=2)).text == "Hello"
+        assert seen == ["He", "llo"]
+    else:
+        assert [d async for d in engine.stream_complete("hi", max_retries=2)] == ["He", "llo"]
+    assert len(stub.bodies) == 3 and "max_retries" not in stub.bodies[-1]
+
+
+@pytest.mark.parametrize("stub", [{"fail_first": (503, 503)}], indirect=True)
+async def test_retries_stop_at_max_retries_with_the_last_error(stub):
+    engine = LLMEngine(stub.url, timeout=20)
+    with pytest.raises(LLMRequestError, match="HTTP 503") as info:
+        await engine.chat(QUESTION, max_tokens=4, max_retries=1)
+    assert info.value.status_code == 503 and len(stub.bodies) == 2
+
+
+@pytest.mark.parametrize("stub", [{"fail_first": (404,)}], indirect=True)
+async def test_a_client_error_is_not_retried(stub):
+    engine = LLMEngine(stub.url, timeout=20)
+    with pytest.raises(LLMRequestError, match="HTTP 404"):
+        await engine.complete("hi", max_tokens=4, max_retries=3)
+    assert len(stub.bodies) == 1
+
+
+@pytest.mark.parametrize("stub", [{"fail_first": (503,)}], indirect=True)
+async def test_without_max_retries_nothing_is_retried(stub):
+    engine = LLMEngine(stub.url, timeout=20)
+    with pytest.raises(LLMRequestError, match="HTTP 503"):
+        await engine.complete("hi", max_tokens=4)
+    assert len(stub.bodies) == 1
+
+
+def test_retry_delay_follows_the_server_then_the_sdk_backoff():
+    import httpx
+
+    from ayo_core.engines.llm_client import MAX_RETRY_DELAY, retry_delay
+
+    assert retry_delay(0, httpx.Headers({"retry-after-ms": "250"})) == 0.25
+    assert retry_delay(3, httpx.Headers({"retry-after": "2"})) == 2.0
+    assert 0.375 <= retry_delay(0, httpx.Headers({"retry-after": "3600"})) <= 0.5  # insane: backoff
+    assert 0.75 <= retry_delay(1) <= 1.0
+    assert retry_delay(10) <= MAX_RETRY_DELAY
