@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ def loop() -> asyncio.AbstractEventLoop:
             new.set_exception_handler(_quiet_failed_parts)
             # sync calls run the user's objects in worker threads: as many as a stock sync batch
             # would use (one per input up to max_concurrency), not asyncio's cores + 4
-            new.set_default_executor(ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ayo-langchain"))
+            new.set_default_executor(_workers())
             ready = threading.Event()
 
             def run() -> None:
@@ -41,6 +41,58 @@ def loop() -> asyncio.AbstractEventLoop:
             ready.wait()
             _loop = new
         return _loop
+
+
+# The CPython internals _DaemonPool reuses, as 3.11-3.13 define them; anything else gets the plain pool.
+_WORKER_PARAMS = ("executor_reference", "work_queue", "initializer", "initargs")
+
+
+def _workers() -> ThreadPoolExecutor:
+    try:
+        import inspect
+        from concurrent.futures.thread import _worker, _WorkItem  # noqa: F401 - checked here, used below
+
+        known = tuple(inspect.signature(_worker).parameters) == _WORKER_PARAMS
+    except (ImportError, TypeError, ValueError):
+        known = False
+    if not known:  # another Python's internals: the plain pool (fails calls made during exit)
+        return ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ayo-langchain")
+    return _DaemonPool(max_workers=WORKERS, thread_name_prefix="ayo-langchain")
+
+
+class _DaemonPool(ThreadPoolExecutor):
+    """A thread pool that serves until the process ends, on daemon threads.
+
+    Why: ``concurrent.futures`` shuts every ``ThreadPoolExecutor`` down when the main thread
+    ends, *before* Python joins the non-daemon threads. A user thread still calling
+    ``fast.invoke`` then failed with "cannot schedule new futures after interpreter shutdown",
+    where the stock chain (running in the caller's thread) finishes. These workers are not in
+    that registry; like the background loop's thread they are daemons, so they never delay exit.
+    """
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        from concurrent.futures.thread import _WorkItem
+
+        with self._shutdown_lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            future: Future[T] = Future()
+            self._work_queue.put(_WorkItem(future, fn, args, kwargs))
+            self._adjust_thread_count()
+            return future
+
+    def _adjust_thread_count(self) -> None:
+        import weakref
+        from concurrent.futures.thread import _worker
+
+        if self._idle_semaphore.acquire(timeout=0):
+            return
+        if len(self._threads) < self._max_workers:
+            t = threading.Thread(name=f"{self._thread_name_prefix}_{len(self._threads)}", target=_worker,
+                                 args=(weakref.ref(self), self._work_queue, self._initializer, self._initargs),
+                                 daemon=True)
+            t.start()
+            self._threads.add(t)
 
 
 def _quiet_failed_parts(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

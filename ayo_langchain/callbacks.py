@@ -9,9 +9,12 @@ their retriever run here, exactly as ``BaseRetriever.ainvoke`` does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID, uuid4
 
-from langchain_core.callbacks import AsyncCallbackManager
+from langchain_core.callbacks import AsyncCallbackManager, BaseCallbackManager
+from langchain_core.callbacks.manager import AsyncCallbackManagerForRetrieverRun
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config, merge_configs, patch_config
 
@@ -36,14 +39,65 @@ def child(cfg: RunnableConfig, run_manager: Any, tag: str | None = None) -> Runn
     return patch_config(cfg, callbacks=run_manager.get_child(tag))
 
 
-async def start_retriever_run(retriever: Any, query: Any, cfg: RunnableConfig) -> Any:
-    """Open a retriever run the way ``BaseRetriever.ainvoke`` does; returns its run manager."""
+def step_config(cfg: RunnableConfig, run_manager: Any, tag: str) -> RunnableConfig:
+    """Config for the step ``tag`` of a composite that reports no run of its own (a nested
+    sequence or parallel): a child of the nearest run that does report (the one ``cfg``'s
+    callbacks hang under: the query's run, a branch's, a retriever's), tagged as stock tags it.
+    """
+    parent = cfg.get("callbacks")
+    if not isinstance(parent, BaseCallbackManager) or parent.parent_run_id is None:
+        return child(cfg, run_manager, tag)
+    # what ``get_child(tag)`` of that run gives: its inheritable handlers, tags and metadata
+    manager = AsyncCallbackManager(handlers=[], parent_run_id=parent.parent_run_id)
+    manager.set_handlers(parent.inheritable_handlers)
+    manager.add_tags(parent.inheritable_tags)
+    manager.add_metadata(parent.inheritable_metadata)
+    manager.add_tags([tag], inherit=False)
+    return patch_config(cfg, callbacks=manager)
+
+
+@dataclass
+class PlannedRetrieverRun:
+    """A retriever run whose id is chosen when the query's graph is built.
+
+    A retriever Ayo splits into nodes (MultiQuery, Ensemble) starts its run at run time, but
+    the configs of the runs inside it (its query chain, its sub-retrievers) are made while
+    lowering: with the id fixed up front they name the retriever's run as their parent, as in
+    stock. Nodes using :meth:`child` configs must run after :meth:`start`.
+    """
+
+    retriever: Any
+    cfg: RunnableConfig
+    ls_params: bool = True  # False: the retriever opens its run itself, without them (EnsembleRetriever)
+    run_id: UUID = field(default_factory=uuid4)
+
+    def __post_init__(self) -> None:
+        self.manager = retriever_manager(self.retriever, self.cfg, self.ls_params)
+
+    def child(self, cfg: RunnableConfig, tag: str | None = None) -> RunnableConfig:
+        """``cfg`` for a run inside this retriever's run (``run_manager.get_child(tag)`` in stock)."""
+        m = self.manager
+        run = AsyncCallbackManagerForRetrieverRun(
+            run_id=self.run_id, handlers=m.handlers, inheritable_handlers=m.inheritable_handlers,
+            parent_run_id=m.parent_run_id, tags=m.tags, inheritable_tags=m.inheritable_tags,
+            metadata=m.metadata, inheritable_metadata=m.inheritable_metadata)
+        return patch_config(cfg, callbacks=run.get_child(tag))
+
+    async def start(self, query: Any) -> Any:
+        """Open the run (as ``BaseRetriever.ainvoke`` does); returns its run manager."""
+        name = self.cfg.get("run_name") or self.retriever.get_name()
+        return await self.manager.on_retriever_start(None, query, name=name, run_id=self.run_id)
+
+
+def retriever_manager(retriever: Any, cfg: RunnableConfig, with_ls_params: bool = True) -> AsyncCallbackManager:
+    """The callback manager ``BaseRetriever.ainvoke`` opens its run with (``with_ls_params=False``:
+    without the LangSmith metadata, as retrievers overriding ``ainvoke`` open theirs)."""
     cfg = ensure_config(cfg)
     try:
-        ls_params = retriever._get_ls_params()
+        ls_params = retriever._get_ls_params() if with_ls_params else {}
     except Exception:  # noqa: BLE001 - tracing metadata must never fail retrieval
         ls_params = {}
-    manager = AsyncCallbackManager.configure(
+    return AsyncCallbackManager.configure(
         cfg.get("callbacks"),
         None,
         verbose=False,
@@ -52,7 +106,12 @@ async def start_retriever_run(retriever: Any, query: Any, cfg: RunnableConfig) -
         inheritable_metadata={**(cfg.get("metadata") or {}), **ls_params},
         local_metadata=retriever.metadata,
     )
-    return await manager.on_retriever_start(None, query, name=cfg.get("run_name") or retriever.get_name())
+
+
+async def start_retriever_run(retriever: Any, query: Any, cfg: RunnableConfig) -> Any:
+    """Open a retriever run the way ``BaseRetriever.ainvoke`` does; returns its run manager."""
+    manager = retriever_manager(retriever, cfg)
+    return await manager.on_retriever_start(None, query, name=ensure_config(cfg).get("run_name") or retriever.get_name())
 
 
 async def start_chain_run(runnable: Any, value: Any, cfg: RunnableConfig, name: str | None = None) -> Any:

@@ -34,7 +34,7 @@ from langchain_core.runnables.utils import is_async_generator
 from ayo_core.graph import Node, Op
 from ayo_core.runtime.context import Expand
 from ayo_langchain import capture as cap
-from ayo_langchain.callbacks import child, leaf_config, start_chain_run
+from ayo_langchain.callbacks import child, leaf_config, start_chain_run, step_config
 from ayo_langchain.openai_route import Route, route
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class Lowerer:
         for i, step in enumerate(steps):
             # leaves carry the tag of their innermost composite position, as in stock (tags of
             # get_child are local to the child run; composites themselves report no run here)
-            step_cfg = child(cfg, self.run.run_manager, f"seq:step:{i + 1}")
+            step_cfg = step_config(cfg, self.run.run_manager, f"seq:step:{i + 1}")
             early = None
             if isinstance(step, cap.Model) and i >= 2 and self.plan.prefill_split:
                 from ayo_langchain.prefill import early_inputs
@@ -134,7 +134,7 @@ class Lowerer:
         keys = list(m.branches)
         inputs = {}
         for i, key in enumerate(keys):
-            branch_cfg = child(cfg, self.run.run_manager, f"map:key:{key}")
+            branch_cfg = step_config(cfg, self.run.run_manager, f"map:key:{key}")
             inputs[f"v{i}"] = self.lower(m.branches[key], src, branch_cfg)
 
         async def as_dict(ctx: Any, **values: Any) -> dict[str, Any]:

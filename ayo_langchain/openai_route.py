@@ -127,7 +127,7 @@ class _RawView:
         try:
             return _Raw(await routed)
         except _engine_errors() as exc:
-            return await self._owner._fallback(original, payload, exc)
+            return await self._owner._fallback(payload, exc, raw=True)
 
 
 class _Stream:
@@ -172,13 +172,30 @@ class _ShimBase:
         try:
             return await routed
         except _engine_errors() as exc:
-            return await self._fallback(self._original.create, payload, exc)
+            return await self._fallback(payload, exc)
 
-    async def _fallback(self, create: Callable[..., Any], payload: dict, exc: BaseException) -> Any:
-        """The engine failed (HTTP error, server gone): send the request as stock would, so the user
-        gets the stock outcome: the OpenAI SDK's exception (after its retries), or the answer."""
+    @property
+    def max_retries(self) -> int:
+        """The retries the user's client would make (``ChatOpenAI(max_retries=N)``, SDK default 2)."""
+        n = getattr(getattr(self._original, "_client", None), "max_retries", 0)
+        return n if isinstance(n, int) and n > 0 else 0
+
+    async def _fallback(self, payload: dict, exc: BaseException, raw: bool = False) -> Any:
+        """The engine failed after the user's ``max_retries``: give the user the stock outcome.
+
+        An HTTP error becomes the SDK's own exception, built by the SDK from the server's status
+        and body, without another request: the request is the one stock sends, so stock got this
+        answer too (another request through the model's client would also meet its pooled
+        connections of closed event loops, which stock does not touch at that moment). A transport
+        failure (server gone) is sent through the model's own client, so the SDK raises its own
+        connection error after its retries.
+        """
+        rebuilt = _sdk_status_error(self._original, exc)
+        if rebuilt is not None:
+            raise rebuilt
         log.warning("LLM engine failed (%s: %s); sending the request through the model's own client",
                     type(exc).__name__, exc)
+        create = self._original.with_raw_response.create if raw else self._original.create
         return await create(**payload)
 
     def _routed(self, payload: dict) -> Any:
@@ -221,7 +238,7 @@ class _ShimBase:
                     sent = True
                     yield self._chunk(rid, created, payload, delta, None)
             if task.exception() is not None and not sent and isinstance(task.exception(), _engine_errors()):
-                stream = await self._fallback(self._original.create, payload, task.exception())
+                stream = await self._fallback(payload, task.exception())
                 async for chunk in stream:
                     yield chunk if isinstance(chunk, dict) else chunk.model_dump()
                 return
@@ -245,6 +262,39 @@ class _ShimBase:
         raise NotImplementedError
 
 
+def _sdk_status_error(original: Any, exc: BaseException) -> BaseException | None:
+    """The OpenAI SDK's exception for the server's HTTP error in ``exc``, built by the SDK itself
+    (same class and message as stock); None when ``exc`` carries no HTTP status."""
+    import httpx
+
+    status, body = getattr(exc, "status_code", None), getattr(exc, "body", None)
+    client = getattr(original, "_client", None)
+    if status is None or body is None or not hasattr(client, "_make_status_error_from_response"):
+        return None
+    request = httpx.Request("POST", str(getattr(client, "base_url", "http://localhost/")))
+    response = httpx.Response(status, content=body.encode(), request=request)
+    try:
+        return client._make_status_error_from_response(response)
+    except Exception:  # noqa: BLE001 - an SDK without this helper: the caller falls back to a request
+        log.debug("could not rebuild the SDK's error for HTTP %s", status, exc_info=True)
+        return None
+
+
+def _parsed(kind: str, body: dict[str, Any]) -> Any:
+    """``body`` parsed into the OpenAI SDK's ``ChatCompletion`` / ``Completion``, as the stock client
+    parses a server's answer (its unset optional fields, e.g. ``usage.completion_tokens_details``,
+    then read as stock's do); the dict itself if the SDK will not take it."""
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion
+
+    model = ChatCompletion if kind == "ChatCompletion" else Completion
+    try:
+        return model.model_validate(body)
+    except ValueError:  # pydantic's ValidationError: keep the dict, which the model also reads
+        log.debug("answer not parsed into the SDK's %s", kind, exc_info=True)
+        return body
+
+
 def _is_full_body(raw: Any, kind: str) -> bool:
     """``raw`` is a complete non-streamed response body of ``kind`` (not a stream's last event)."""
     return isinstance(raw, dict) and raw.get("object") == kind and bool(raw.get("choices"))
@@ -258,6 +308,10 @@ def _server_extras(result: Any) -> dict[str, Any]:
 
 
 def _usage(result: Any) -> dict[str, Any]:
+    raw = getattr(result, "raw", None)
+    server = raw.get("usage") if isinstance(raw, dict) else None
+    if isinstance(server, dict) and server.get("total_tokens") is not None:
+        return dict(server)  # the server's own usage event: its numbers and fields, as stock reads them
     usage = {
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens,
@@ -279,7 +333,7 @@ class ChatCompletionsShim(_ShimBase):
         kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "messages"})
         if r.priority is not None:
             kwargs["priority"] = r.priority
-        return await r.llm.chat(payload["messages"], stream_cb=on_delta, **kwargs)
+        return await r.llm.chat(payload["messages"], stream_cb=on_delta, max_retries=self.max_retries, **kwargs)
 
     async def _once(self, r: Route, payload: dict) -> Any:
         result = await self._call(r, payload, r.on_delta)
@@ -288,7 +342,7 @@ class ChatCompletionsShim(_ShimBase):
             from openai.types.chat import ChatCompletion
 
             return ChatCompletion.construct(**result.raw)
-        return {
+        return _parsed("ChatCompletion", {
             "id": f"ayo-{next(_ids)}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -299,7 +353,7 @@ class ChatCompletionsShim(_ShimBase):
                 "finish_reason": result.finish_reason or "stop",
             }],
             "usage": _usage(result),
-        }
+        })
 
     def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
         delta: dict[str, Any] = {"content": text}
@@ -322,9 +376,9 @@ class CompletionsShim(_ShimBase):
         kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "prompt"})
         if r.priority is not None:
             kwargs["priority"] = r.priority
-        return await r.llm.complete(prompt, stream_cb=on_delta, **kwargs)
+        return await r.llm.complete(prompt, stream_cb=on_delta, max_retries=self.max_retries, **kwargs)
 
-    async def _once(self, r: Route, payload: dict) -> dict:
+    async def _once(self, r: Route, payload: dict) -> Any:
         prompts = payload["prompt"]
         if isinstance(prompts, list) and len(prompts) > 1 and all(isinstance(p, str) for p in prompts):
             # several prompts in one request (BaseOpenAI.batch): the engine answers one each
@@ -341,7 +395,7 @@ class CompletionsShim(_ShimBase):
             for k, v in _usage(res).items():
                 if k in usage:
                     usage[k] += v
-        return {
+        return _parsed("Completion", {
             "id": f"ayo-{next(_ids)}",
             "object": "text_completion",
             "created": int(time.time()),
@@ -349,7 +403,7 @@ class CompletionsShim(_ShimBase):
             "choices": [{"index": i, "text": res.text, "finish_reason": res.finish_reason or "stop",
                          "logprobs": None} for i, res in enumerate(results)],
             "usage": usage,
-        }
+        })
 
     def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
         return {"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),

@@ -27,7 +27,7 @@ from langchain_core.runnables import RunnableConfig
 
 from ayo_core.graph import Op
 from ayo_langchain import capture as cap
-from ayo_langchain.callbacks import child, leaf_config, start_retriever_run
+from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, start_retriever_run, step_config
 from ayo_langchain.lower import COST, Lowerer, call_user
 
 Retrieve = Callable[[Any, str], Awaitable[list[Document]]]
@@ -156,8 +156,10 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
     pipelined = (len(steps) == 3 and isinstance(steps[0], cap.Prompt) and isinstance(steps[1], cap.Model)
                  and isinstance(steps[2], cap.Parser) and steps[2].line_list and id(steps[1]) in lw.plan.routed)
 
+    planned = PlannedRetrieverRun(mq, run_cfg)
+
     async def start(ctx: Any, query: Any) -> Any:
-        run_manager = await start_retriever_run(mq, query, run_cfg)
+        run_manager = await planned.start(query)
         return {"question": query, "_run": run_manager}
 
     started = lw.add("mq_start", Op.TRANSFORM, start, {"query": src}, m)
@@ -166,8 +168,9 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
         return {"question": state["question"]}
 
     q_dict = lw.add("mq_question", Op.TRANSFORM, question, {"state": started}, m)
-    # the retriever's inner runs hang under the query's run, untagged (as under the retriever's run in stock)
-    chain_cfg = child(run_cfg, lw.run.run_manager)
+    # as in stock, the query chain and the inner retriever are untagged children of the retriever's
+    # run (every node using these configs runs after mq_start)
+    chain_cfg = planned.child(run_cfg)
     retrieve = _capturing(retrieve_fn(lw, m.retriever, chain_cfg))
     inputs = {"state": started}
     if mq.include_original:  # the original question needs no generation: retrieve it right away
@@ -178,10 +181,12 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
         inputs["first"] = lw.add("mq_original", Op.SEARCH, original, {"state": started}, m.retriever,
                                  engine="embed", cost=COST["embed"] + COST["search"])
     if pipelined:
-        pv = lw.lower(steps[0], q_dict, chain_cfg)
+        # the query chain's steps carry the tags its sequence gives them in stock
+        pv = lw.lower(steps[0], q_dict, step_config(chain_cfg, None, "seq:step:1"))
         generated = asyncio.Event()
-        gen = lw._lower_model(steps[1], pv, chain_cfg, parts=line_parts(steps[2].runnable), finished=generated)
-        inputs["lines"] = lw.lower(steps[2], gen, chain_cfg)
+        gen = lw._lower_model(steps[1], pv, step_config(chain_cfg, None, "seq:step:2"),
+                              parts=line_parts(steps[2].runnable), finished=generated)
+        inputs["lines"] = lw.lower(steps[2], gen, step_config(chain_cfg, None, "seq:step:3"))
         inputs["per"] = lw.add("mq_retrieve", Op.SEARCH, retrieve, {"line": gen}, m.retriever, engine="embed",
                                cost=COST["embed"] + COST["search"], meta={"per_part": "line"})
     else:
@@ -239,14 +244,22 @@ def lower_ensemble(lw: Lowerer, m: cap.Ensemble, src: str, cfg: RunnableConfig) 
     ens = m.runnable
     run_cfg = leaf_config(cfg, m.wrappers, ens)
 
+    # EnsembleRetriever.ainvoke opens its run itself, without the LangSmith retriever metadata
+    planned = PlannedRetrieverRun(ens, run_cfg, ls_params=False)
+
     async def start(ctx: Any, query: Any) -> Any:
-        return await start_retriever_run(ens, query, run_cfg)
+        return await planned.start(query)
 
     started = lw.add("ensemble_start", Op.TRANSFORM, start, {"query": src}, m)
+
+    async def query_of(ctx: Any, query: Any, run: Any) -> Any:
+        return query
+
+    # the sub-retrievers start after the ensemble's run: their runs are its children, as in stock
+    query = lw.add("ensemble_query", Op.TRANSFORM, query_of, {"query": src, "run": started}, m, cost=0.0)
     inputs = {"run": started}
     for i, sub in enumerate(m.retrievers):
-        # (its child runs hang under the query's run: the ensemble's run starts only at run time)
-        inputs[f"r{i}"] = lw.lower(sub, src, child(run_cfg, lw.run.run_manager, f"retriever_{i + 1}"))
+        inputs[f"r{i}"] = lw.lower(sub, query, planned.child(run_cfg, f"retriever_{i + 1}"))
 
     async def fuse(ctx: Any, run: Any, **lists: list) -> list[Document]:
         try:
