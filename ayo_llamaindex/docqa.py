@@ -32,11 +32,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from llama_index.core.callbacks import EventPayload
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph, Node, Op
+from ayo_llamaindex import events, ingest
 from ayo_llamaindex import explain as explain_mod
-from ayo_llamaindex import ingest
 from ayo_llamaindex.capture import capture_query_engine, describe
 from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, embed_send, runtime_for
 
@@ -211,13 +212,15 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
     _CALL.set(None)
     CALLER_LOOP.set(caller_loop)
     bundle = QueryBundle(query) if isinstance(query, str) else query
-    graph, _, assign = build_call_graph(state, query_engine)
+    graph, plan, assign = build_call_graph(state, query_engine)
     state.graph = graph
     rt = runtime_for(assign, state.owner._policy)
-    try:
-        value, trace = await rt.run(graph.for_query(f"doc{next(_ids)}"), {"query": bundle})
-    except Exception as exc:
-        raise unwrap_failure(exc) from None
+    with events.query_event(query_engine, bundle, lowered=plan.kind != "opaque") as event:
+        try:
+            value, trace = await rt.run(graph.for_query(f"doc{next(_ids)}"), {"query": bundle})
+        except Exception as exc:
+            raise unwrap_failure(exc) from None
+        event.on_end(payload={EventPayload.RESPONSE: value})
     state.trace = trace
     state.owner.last_trace = trace
     return value
@@ -300,7 +303,9 @@ def _query(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     if state is None or len(args) + len(kwargs) != 1:
         return wrapped(*args, **kwargs)
     query = args[0] if args else next(iter(kwargs.values()))
-    return LOOP.run(run_call_query(state, instance, query))
+    call = events.QueryCall(instance, query)  # the stock query()'s events, which this hook replaces
+    with call.span() as done:
+        return done(LOOP.run(run_call_query(state, instance, query)))
 
 
 def _aquery(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -313,4 +318,6 @@ def _aquery(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 
 async def _arun_call_query(state: CallState, query_engine: Any, query: Any) -> Any:
     # the loop is the one awaiting this coroutine (``asyncio.run(qe.aquery(q))`` creates it first)
-    return await LOOP.arun(run_call_query(state, query_engine, query, asyncio.get_running_loop()))
+    call = events.QueryCall(query_engine, query)
+    with call.span() as done:
+        return done(await LOOP.arun(run_call_query(state, query_engine, query, asyncio.get_running_loop())))

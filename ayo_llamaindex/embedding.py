@@ -19,6 +19,7 @@ from typing import Any
 
 from llama_index.core.base.embeddings.base import mean_agg
 
+from ayo_llamaindex import events
 from ayo_llamaindex._util import overridden
 
 EmbedSend = Callable[..., Awaitable[list[list[float]]]]  # (texts, kind=..., batch_size=...) -> vectors
@@ -66,7 +67,7 @@ class EmbedBinding:
             return await asyncio.to_thread(self.model.get_agg_embedding_from_queries, queries)
         # stock embeds each query alone (one encode call per query): keep that shape
         # stock embeds each query alone; one alone-encoded text gives stock's exact vector
-        vectors = await asyncio.gather(*(send([q], kind="query", batch_size=self.batch_size) for q in queries))
+        vectors = await asyncio.gather(*(self._embed(send, [q], "query") for q in queries))
         return mean_agg([v[0] for v in vectors])
 
     async def text_embeddings(self, send: EmbedSend | None, texts: list[str]) -> list[list[float]]:
@@ -77,9 +78,12 @@ class EmbedBinding:
             return await asyncio.to_thread(self.model.get_text_embedding_batch, texts)
         # stock's flushes of embed_batch_size texts, each encoded in stock's shape
         n = self.batch_size
-        parts = await asyncio.gather(*(send(texts[i: i + n], kind="text", batch_size=n)
-                                       for i in range(0, len(texts), n)))
+        parts = await asyncio.gather(*(self._embed(send, texts[i: i + n], "text") for i in range(0, len(texts), n)))
         return [v for part in parts for v in part]
+
+    async def _embed(self, send: EmbedSend, texts: list[str], kind: str) -> list[list[float]]:
+        """One stock encode call, with the stock embedding events (token counting reads them)."""
+        return await events.embedding(self.model, texts, lambda: send(texts, kind=kind, batch_size=self.batch_size))
 
 
 def recognize_embedding(model: Any) -> tuple[bool, str]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,6 +26,7 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.prompts import BasePromptTemplate
 
 from ayo_core.engines.llm_client import LLMEngineError, LLMRequestError, StopStream
+from ayo_llamaindex import events
 from ayo_llamaindex._util import overridden
 
 log = logging.getLogger(__name__)
@@ -133,8 +136,8 @@ class LLMBinding:
         if not self.recognized or send is None:
             return await asyncio.to_thread(self.llm.predict, prompt, **prompt_args)
         request = self.predict_request(prompt, **prompt_args)
-        text = await self._send(send, request, stream_cb)
-        return self.parse(text)
+        result = await events.predict(self.llm, prompt, prompt_args, lambda: self._send(send, request, stream_cb))
+        return self.parse(result.text)
 
     async def complete(
         self, send: Callable[..., Any] | None, prompt: str, *, stream_cb: Callable[[str], None] | None = None,
@@ -146,13 +149,62 @@ class LLMBinding:
                 with contextlib.suppress(StopStream):  # the whole text is already here
                     stream_cb(response.text)
             return response.text
-        return await self._send(send, self.complete_request(prompt), stream_cb)
+        request = self.complete_request(prompt)
+        result = await events.complete(self.llm, prompt, lambda: self._send(send, request, stream_cb))
+        return result.text
 
-    async def _send(self, send: Callable[..., Any], request: LLMRequest, stream_cb: Any) -> str:
-        try:
-            return await send(request, stream_cb=stream_cb)
-        except LLMEngineError as exc:
-            raise sdk_error(self.llm, request, exc) from exc
+    async def _send(self, send: Callable[..., Any], request: LLMRequest, stream_cb: Any) -> Any:
+        """The engine's result (text, token usage), retried as the stock class retries.
+
+        Stock retries twice over: the openai SDK retries each request ``max_retries`` times (the
+        engine does the same, same backoff), and the class's ``llm_retry_decorator`` (tenacity)
+        repeats that whole call up to ``max_retries`` attempts within 60 s on connection, timeout,
+        rate-limit and server errors, so a server restarting for ten seconds is survived. A
+        streamed call is only repeated while nothing was streamed yet (deltas already went on).
+        """
+        max_retries = int(getattr(self.llm, "max_retries", 0) or 0)
+        streamed = False
+
+        def on_delta(delta: str) -> Any:
+            nonlocal streamed
+            streamed = True
+            return stream_cb(delta)
+
+        cb = on_delta if stream_cb is not None else None
+        started, attempt = time.monotonic(), 1
+        while True:
+            try:
+                return await send(request, stream_cb=cb, max_retries=max_retries)
+            except LLMEngineError as exc:
+                error = sdk_error(self.llm, request, exc)
+                if (streamed or attempt >= max_retries or not _outer_retryable(error)
+                        or time.monotonic() - started >= OUTER_RETRY_WINDOW_S):
+                    raise error from exc
+                wait = _outer_wait(attempt)
+                log.warning("Retrying %s in %.1f s as it raised %s (attempt %d of %d, as stock)",
+                            self.label, wait, type(error).__name__, attempt, max_retries)
+                await asyncio.sleep(wait)
+                attempt += 1
+
+
+# llama_index.llms.openai's llm_retry_decorator: tenacity, stop after max_retries attempts or 60 s,
+# random exponential wait between 1 and 20 s
+OUTER_RETRY_WINDOW_S = 60.0
+
+
+def _outer_retryable(error: BaseException) -> bool:
+    try:
+        import openai
+    except ImportError:
+        return False
+    return isinstance(error, (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
+                              openai.InternalServerError))
+
+
+def _outer_wait(attempt: int) -> float:
+    """tenacity's ``wait_random_exponential(min=1, max=20)`` after attempt number ``attempt``."""
+    high = max(1.0, min(20.0, 2.0 ** (attempt - 1)))
+    return random.uniform(1.0, high)
 
 
 def sdk_error(llm: Any, request: LLMRequest, exc: LLMEngineError) -> BaseException:

@@ -23,10 +23,12 @@ import asyncio
 import copy
 from typing import Any
 
+from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph, Node, Op
-from ayo_llamaindex import postprocess, prefill, retrieval, speculation, synthesis
+from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
+from ayo_llamaindex._util import overridden
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
 from ayo_llamaindex.runtime import EngineAssignment, call_stock, embed_send, in_async_call, llm_send
 
@@ -40,7 +42,13 @@ def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_aft
     if plan.kind == "opaque":
         qe = plan.obj
 
+        # BaseQueryEngine.query's own events come from our query(): call the inner _query, unless
+        # the engine defines query itself (CustomQueryEngine: its _query raises NotImplementedError)
+        inner = isinstance(qe, BaseQueryEngine) and not overridden(qe, BaseQueryEngine, ("query", "aquery"))
+
         async def run_engine(ctx: Any, query: QueryBundle) -> Any:
+            if inner:
+                return await call_stock(qe._query, qe._aquery, query)
             return await call_stock(qe.query, qe.aquery, query)
 
         g.add(Node("query_engine", Op.OPAQUE, fn=run_engine, inputs={"query": query_input}, module="query_engine",
@@ -77,7 +85,10 @@ class SpeculationBoard:
         if ctx.trace is not None:
             ctx.trace.nodes.append(span)
         try:
-            return await self.synthesize_text(ctx, query_str, selection)
+            # its events are recorded, and emitted only if the answer is used (a miss never happened)
+            with events.recording() as records:
+                text = await self.synthesize_text(ctx, query_str, selection)
+            return text, records
         except BaseException:
             span.status = "cancelled"
             raise
@@ -152,12 +163,14 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs))
 
     async def search(ctx: Any, query: QueryBundle, embedding: Any) -> Any:
+        bundle = query
         if embedding is not None:
             # stock retrieve() leaves the embedding on the caller's bundle; aretrieve() does not
             if in_async_call():
-                query = copy.copy(query)
-            query.embedding = embedding
-        return await asyncio.to_thread(retrieval.search_sync, r, query)
+                bundle = copy.copy(query)
+            bundle.embedding = embedding
+        # the retrieve events span the search only (the embed node emits its own embedding event)
+        return await events.retrieve(r, query, lambda: asyncio.to_thread(retrieval.search_sync, r, bundle))
 
     g.add(Node("retrieve.embed", Op.EMBED, fn=embed_query, inputs={"query": query}, engine=kind or "local",
                module="retriever", batchable=True, cost=0.02))
@@ -189,7 +202,11 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         for q, per_sub in zip([query.query_str, *queries], [original, *generated], strict=True):
             for i, nodes in enumerate(per_sub):
                 results[(q, i)] = nodes  # a repeated query string keeps its first slot, as in stock
-        return r._handle_recursive_retrieval(query, retrieval.fuse(r, results))
+
+        async def fused() -> list[Any]:
+            return r._handle_recursive_retrieval(query, retrieval.fuse(r, results))
+
+        return await events.retrieve(r, query, fused)  # the fusion retriever's own retrieve events
 
     def streaming_parts(text: str) -> list[str]:
         # finished lines, then the line still being decoded (the runtime holds back the last part)
@@ -298,14 +315,25 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
 
     async def run(ctx: Any, query: QueryBundle, nodes: list) -> Any:
         spec = board.pop(ctx.query_id, cancel=False) if board is not None else None
+        event = events.Synthesis(synth, query)
         if len(nodes) == 0:
             if spec is not None:
                 spec.cancel()
-            return synthesis.empty_response(synth)
+            return event.end(synthesis.empty_response(synth))
+        event.begin()
+        try:
+            return event.end(await synthesize_or_take(ctx, query, nodes, spec))
+        except BaseException as exc:
+            event.fail(exc)
+            raise
+
+    async def synthesize_or_take(ctx: Any, query: QueryBundle, nodes: list, spec: Any) -> Any:
         if spec is not None:
-            used, text = await spec.take(nodes)
+            used, answer = await spec.take(nodes)
             if used:
                 board.hits += 1
+                text, records = answer
+                await events.replay(records)  # the used speculation's LLM events, as if run now
                 return synthesis.prepare_response(synth, text, nodes)
             board.misses += spec.starts > 0
         text = await synthesize_text(ctx, query.query_str, nodes)

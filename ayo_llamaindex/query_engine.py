@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -10,10 +11,13 @@ from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import RESPONSE_TYPE
+from llama_index.core.callbacks import EventPayload
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ayo_llamaindex import events
 from ayo_llamaindex import explain as explain_mod
+from ayo_llamaindex._util import overridden
 from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
 from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, runtime_for
 
@@ -30,6 +34,10 @@ def unwrap_failure(exc: BaseException) -> BaseException:
         cause.add_note(f"(raised in Ayo node {exc.node!r}, module {exc.module!r}, query {exc.query_id!r})")
         return cause
     return exc
+
+
+def _bundle(query: str | QueryBundle) -> QueryBundle:
+    return QueryBundle(query) if isinstance(query, str) else query
 
 
 class OptimizedQueryEngine(BaseQueryEngine):
@@ -53,6 +61,9 @@ class OptimizedQueryEngine(BaseQueryEngine):
         self._graph = explain_mod.apply_passes(self._graph)
         self._capture_s = time.perf_counter() - t0
         self.last_trace: Any = None
+        # an engine defining query() itself (CustomQueryEngine) runs it whole: no query events of ours
+        self._stock_query = self._plan.kind == "opaque" and bool(
+            overridden(query_engine, BaseQueryEngine, ("query", "aquery")))
         super().__init__(callback_manager=query_engine.callback_manager)
 
     @property
@@ -80,11 +91,31 @@ class OptimizedQueryEngine(BaseQueryEngine):
         self.last_trace = trace
         return value
 
+    def query(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
+        if self._stock_query:  # the stock engine's own query() emits what it emits, in the opaque node
+            return self._query(_bundle(str_or_query_bundle))
+        return super().query(str_or_query_bundle)
+
+    async def aquery(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
+        if self._stock_query:
+            return await self._aquery(_bundle(str_or_query_bundle))
+        return await super().aquery(str_or_query_bundle)
+
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return LOOP.run(self._run(query_bundle))
+        with self._query_event(query_bundle) as event:
+            response = LOOP.run(self._run(query_bundle))  # the caller's context (event stack, span) goes along
+            event.on_end(payload={EventPayload.RESPONSE: response})
+        return response
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return await LOOP.arun(self._run(query_bundle, asyncio.get_running_loop()))
+        with self._query_event(query_bundle) as event:
+            response = await LOOP.arun(self._run(query_bundle, asyncio.get_running_loop()))
+            event.on_end(payload={EventPayload.RESPONSE: response})
+        return response
+
+    def _query_event(self, query_bundle: QueryBundle) -> contextlib.AbstractContextManager[Any]:
+        """Stock ``RetrieverQueryEngine._query``'s ``QUERY`` event; an opaque engine emits its own."""
+        return events.query_event(self, query_bundle, lowered=self._plan.kind != "opaque")
 
     # -- the rest of the stock engine's API (retrieve, synthesize, retriever, ...) is the stock
     # engine's own: BaseQueryEngine's defaults would raise NotImplementedError where stock works

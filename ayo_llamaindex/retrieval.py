@@ -78,14 +78,20 @@ def search_sync(retriever: VectorIndexRetriever, query_bundle: QueryBundle) -> l
 async def vector_retrieve(
     retriever: VectorIndexRetriever, query_bundle: QueryBundle, embed_queries: EmbedQueriesFn
 ) -> list[NodeWithScore]:
-    """``retriever.retrieve(query_bundle)`` with the query embedded by Ayo's engine."""
-    if needs_query_embedding(retriever, query_bundle):
-        # stock sync retrieval stores the embedding on the caller's bundle; async does not
-        embedding = await embed_queries(list(query_bundle.embedding_strs))
-        if in_async_call():
-            query_bundle = copy.copy(query_bundle)
-        query_bundle.embedding = embedding
-    return await asyncio.to_thread(search_sync, retriever, query_bundle)
+    """``retriever.retrieve(query_bundle)`` with the query embedded by Ayo's engine (and its events)."""
+    from ayo_llamaindex import events
+
+    async def run() -> list[NodeWithScore]:
+        bundle = query_bundle
+        if needs_query_embedding(retriever, bundle):
+            # stock sync retrieval stores the embedding on the caller's bundle; async does not
+            embedding = await embed_queries(list(bundle.embedding_strs))
+            if in_async_call():
+                bundle = copy.copy(bundle)
+            bundle.embedding = embedding
+        return await asyncio.to_thread(search_sync, retriever, bundle)
+
+    return await events.retrieve(retriever, query_bundle, run)
 
 
 async def opaque_retrieve(retriever: Any, query_bundle: QueryBundle) -> list[NodeWithScore]:

@@ -38,6 +38,24 @@ def embed_threads(overlap: bool) -> int | None:
     return OVERLAP_EMBED_THREADS if overlap else None
 
 
+def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The default handler, except for other loops' HTTP clients finalized on ours.
+
+    The openai SDK's async client closes itself from ``__del__`` with a task on *the running
+    loop*: when the garbage collector happens to collect a client of a caller's finished
+    ``asyncio.run`` while this thread runs, that task lands here and fails with "Event loop is
+    closed" (its sockets belong to the dead loop), logged as "Task exception was never
+    retrieved". Nothing of ours failed, and there is nothing left to close: debug log only.
+    """
+    exc, task = context.get("exception"), context.get("future")
+    coro = getattr(task, "get_coro", lambda: None)()
+    if (isinstance(exc, RuntimeError) and "Event loop is closed" in str(exc)
+            and getattr(coro, "__qualname__", "").endswith("aclose")):
+        log.debug("ignored a foreign client's close on Ayo's loop: %s", context.get("message"))
+        return
+    loop.default_exception_handler(context)
+
+
 class _LoopThread:
     """One daemon thread running the adapter's event loop."""
 
@@ -51,6 +69,7 @@ class _LoopThread:
             if self._loop is None or not self._thread or not self._thread.is_alive():
                 ready = threading.Event()
                 loop = asyncio.new_event_loop()
+                loop.set_exception_handler(_exception_handler)
 
                 def run() -> None:
                     asyncio.set_event_loop(loop)
@@ -252,19 +271,22 @@ def runtime_for(assignment: EngineAssignment, policy: str = "critical_path") -> 
 
 # -- what node fns use to reach engines ---------------------------------------------------
 
-LLMSend = Callable[..., Awaitable[str]]
+LLMSend = Callable[..., Awaitable[Any]]
 
 
 def llm_send(ctx: Any, kind: str | None) -> LLMSend | None:
-    """``send(request, stream_cb=None) -> text`` through the ``kind`` engine's scheduler."""
+    """``send(request, stream_cb=None) -> LLMResult`` (text, token usage) through the ``kind``
+    engine's scheduler; a 429 / 5xx answer is retried ``max_retries`` times, as the openai SDK does."""
     if kind is None:
         return None
     proxy = ctx.engine(kind)
 
-    async def send(request: LLMRequest, priority: int | None = None, stream_cb: Any = None) -> str:
+    async def send(request: LLMRequest, priority: int | None = None, stream_cb: Any = None,
+                   max_retries: int = 0) -> Any:
         body = dict(request.body)
         kw: dict[str, Any] = {"max_tokens": body.pop("max_tokens", None),
-                              "temperature": body.pop("temperature", None), "stop": body.pop("stop", None)}
+                              "temperature": body.pop("temperature", None), "stop": body.pop("stop", None),
+                              "max_retries": max_retries}
         if stream_cb is not None:
             kw["stream_cb"] = stream_cb
         if priority is not None:
@@ -273,7 +295,7 @@ def llm_send(ctx: Any, kind: str | None) -> LLMSend | None:
             result = await proxy.chat(body.pop("messages"), **kw, **body)
         else:
             result = await proxy.complete(body.pop("prompt"), **kw, **body)
-        return result.text
+        return result
 
     return send
 

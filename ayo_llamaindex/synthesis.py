@@ -27,6 +27,7 @@ from llama_index.core.response_synthesizers import (
 )
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
 
+from ayo_llamaindex import events
 from ayo_llamaindex._util import overridden
 
 PredictFn = Callable[..., Awaitable[str]]
@@ -87,9 +88,9 @@ async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str]
     """``synth.get_response(query_str, chunks)`` for a mirrored ``mode``."""
     if mode == "compact":
         chunks = compact_text_chunks(synth, query_str, chunks)
-        return await refine_loop(synth, query_str, chunks, predict)
-    if mode == "refine":
-        return await refine_loop(synth, query_str, chunks, predict)
+    if mode in ("compact", "refine"):
+        with events.get_response(query_str, chunks):  # Refine.get_response's events (compact: packed chunks)
+            return await refine_loop(synth, query_str, chunks, predict)
     if mode == "tree_summarize":
         return await tree_summarize(synth, query_str, chunks, predict)
     if mode == "simple_summarize":

@@ -1,0 +1,344 @@
+"""Stock LlamaIndex callback and instrumentation events for the work Ayo does itself.
+
+Users count tokens (``TokenCountingHandler``), debug (``LlamaDebugHandler``) and trace
+(the instrumentation dispatcher) through events the stock objects emit around each
+call. Where Ayo sends a request or embeds a text itself, the same events are emitted
+here, through LlamaIndex's own machinery wherever it exists: an LLM call goes through
+``llm_chat_callback`` / ``llm_completion_callback`` bound to the user's LLM object (its
+callback manager, ``to_payload()``, rate limiter), templating through the LLM's own
+``_log_template_data``; embedding, retrieval and synthesis events are emitted with the
+payloads of the stock methods, on the stock modules' dispatchers, through each user
+object's own callback manager.
+
+Events run on Ayo's loop in the context of the caller (``run_coroutine_threadsafe``
+copies it), so parents (the query event, the active span) are the caller's. Order can
+differ where Ayo runs steps concurrently; counts and payloads are stock's.
+
+A speculative synthesis (``speculation.py``) may be thrown away: while one runs, its
+events are *recorded* (``recording``) and replayed only when its answer is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse, MessageRole
+from llama_index.core.callbacks import CBEventType, EventPayload
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+
+# the dispatchers stock emits on (a handler attached to one of them sees our events too)
+_LLM = get_dispatcher("llama_index.core.llms.llm")
+_EMBED = get_dispatcher("llama_index.core.base.embeddings.base")
+_RETRIEVE = get_dispatcher("llama_index.core.base.base_retriever")
+_SYNTH = get_dispatcher("llama_index.core.response_synthesizers.base")
+_REFINE = get_dispatcher("llama_index.core.response_synthesizers.refine")
+_QUERY = get_dispatcher("llama_index.core.base.base_query_engine")
+
+Record = Callable[[], Any]  # a deferred emission (may return an awaitable)
+_RECORDER: contextvars.ContextVar[list[Record] | None] = contextvars.ContextVar("ayo_li_events", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Record]]:
+    """Record (not emit) this task's events; :func:`replay` them if its result is used.
+
+    Covers LlamaIndex's own emissions too (the prompt helper's ``CHUNKING`` events while a
+    speculative synthesis packs chunks): see :func:`_install_hooks`.
+    """
+    _install_hooks()
+    records: list[Record] = []
+    token = _RECORDER.set(records)
+    try:
+        yield records
+    finally:
+        _RECORDER.reset(token)
+
+
+async def replay(records: list[Record]) -> None:
+    """Emit recorded events, in the order they happened."""
+    for record in records:
+        out = record()
+        if inspect.isawaitable(out):
+            await out
+
+
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+
+
+def _install_hooks() -> None:
+    """Make ``CallbackManager.on_event_start`` / ``on_event_end`` record while a task records.
+
+    Process-wide wrapt wrappers, inert (one context-variable read) outside a recording task:
+    LlamaIndex code that a speculative synthesis calls emits through them directly.
+    """
+    global _hooks_installed
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        import wrapt
+        from llama_index.core.callbacks import CallbackManager
+
+        wrapt.wrap_function_wrapper(CallbackManager, "on_event_start", _start_hook)
+        wrapt.wrap_function_wrapper(CallbackManager, "on_event_end", _end_hook)
+        _hooks_installed = True
+
+
+def _start_args(event_type: Any, payload: Any = None, event_id: str | None = None, parent_id: str | None = None,
+                **kwargs: Any) -> tuple[Any, Any, str | None, str | None, dict[str, Any]]:
+    return event_type, payload, event_id, parent_id, kwargs
+
+
+def _start_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    records = _RECORDER.get()
+    if records is None:
+        return wrapped(*args, **kwargs)
+    event_type, payload, event_id, parent_id, rest = _start_args(*args, **kwargs)
+    event_id = event_id or str(uuid.uuid4())  # the caller needs its id now; the event starts at replay
+    records.append(lambda: wrapped(event_type, payload, event_id=event_id, parent_id=parent_id, **rest))
+    return event_id
+
+
+def _end_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    records = _RECORDER.get()
+    if records is None:
+        return wrapped(*args, **kwargs)
+    records.append(lambda: wrapped(*args, **kwargs))
+    return None
+
+
+def _emit(record: Record) -> Any:
+    records = _RECORDER.get()
+    if records is not None:
+        records.append(record)
+        return None
+    return record()
+
+
+# -- LLM ---------------------------------------------------------------------------------
+
+def usage_raw(result: Any) -> dict[str, Any]:
+    """The ``raw`` of a stock response as far as handlers read it: the server's token usage."""
+    prompt, completion = int(getattr(result, "prompt_tokens", 0)), int(getattr(result, "completion_tokens", 0))
+    return {"usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
+
+
+def _chat_response(result: Any) -> ChatResponse:
+    raw = usage_raw(result)
+    return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=result.text), raw=raw,
+                        additional_kwargs=dict(raw["usage"]))
+
+
+def _completion_response(result: Any) -> CompletionResponse:
+    raw = usage_raw(result)
+    return CompletionResponse(text=result.text, raw=raw, additional_kwargs=dict(raw["usage"]))
+
+
+async def _chat_call(llm: Any, messages: list[Any], call: Callable[[], Awaitable[Any]]) -> ChatResponse:
+    """``llm.achat(messages)``'s events around ``call`` (the request Ayo sends)."""
+    async def body(_self: Any, _messages: Any) -> ChatResponse:
+        return _chat_response(await call())
+
+    return await llm_chat_callback()(body)(llm, messages)
+
+
+async def _completion_call(llm: Any, prompt: str, call: Callable[[], Awaitable[Any]],
+                           **kwargs: Any) -> CompletionResponse:
+    """``llm.acomplete(prompt, **kwargs)``'s events around ``call``."""
+    async def body(_self: Any, _prompt: str, **_kw: Any) -> CompletionResponse:
+        return _completion_response(await call())
+
+    return await llm_completion_callback()(body)(llm, prompt, **kwargs)
+
+
+async def predict(llm: Any, prompt: Any, prompt_args: dict[str, Any], call: Callable[[], Awaitable[Any]]) -> Any:
+    """``llm.predict(prompt, **prompt_args)``'s events around ``call``; returns ``call()``'s result."""
+    records = _RECORDER.get()
+    if records is not None:  # speculative: send now, emit later (if used) with the same result
+        result = await call()
+        records.append(lambda: _predict_events(llm, prompt, prompt_args, _canned(result)))
+        return result
+    return await _predict_events(llm, prompt, prompt_args, call)
+
+
+async def complete(llm: Any, prompt: str, call: Callable[[], Awaitable[Any]]) -> Any:
+    """``llm.complete(prompt)``'s events (``QueryFusionRetriever``'s query generation) around ``call``."""
+    records = _RECORDER.get()
+    if records is not None:
+        result = await call()
+        records.append(lambda: _completion_call(llm, prompt, _canned(result)))
+        return result
+    box: list[Any] = []
+    await _completion_call(llm, prompt, _boxed(call, box))
+    return box[0]
+
+
+def _canned(result: Any) -> Callable[[], Awaitable[Any]]:
+    async def call() -> Any:
+        return result
+    return call
+
+
+def _boxed(call: Callable[[], Awaitable[Any]], box: list[Any]) -> Callable[[], Awaitable[Any]]:
+    """``call`` that also keeps its raw result (the engine's, with token usage) for the caller."""
+    async def wrapped() -> Any:
+        box.append(await call())
+        return box[-1]
+    return wrapped
+
+
+async def _predict_events(llm: Any, prompt: Any, prompt_args: dict[str, Any],
+                          call: Callable[[], Awaitable[Any]]) -> Any:
+    from llama_index.core.instrumentation.events.llm import LLMPredictEndEvent, LLMPredictStartEvent
+
+    _LLM.event(LLMPredictStartEvent(template=prompt, template_args=prompt_args))
+    llm._log_template_data(prompt, **prompt_args)
+    box: list[Any] = []
+    if llm.metadata.is_chat_model:
+        await _chat_call(llm, llm._get_messages(prompt, **prompt_args), _boxed(call, box))
+    else:
+        await _completion_call(llm, llm._get_prompt(prompt, **prompt_args), _boxed(call, box), formatted=True)
+    _LLM.event(LLMPredictEndEvent(output=llm._parse_output(box[0].text)))
+    return box[0]
+
+
+# -- embeddings --------------------------------------------------------------------------
+
+class _Event:
+    """One stock callback-manager event (start now, end later), emitted or recorded."""
+
+    def __init__(self, callback_manager: Any, event_type: CBEventType, payload: dict[str, Any]) -> None:
+        self.cm, self.type, self.id = callback_manager, event_type, None
+
+        def start() -> None:
+            self.id = self.cm.on_event_start(self.type, payload=payload)
+
+        _emit(start)
+
+    def end(self, payload: dict[str, Any]) -> None:
+        _emit(lambda: self.cm.on_event_end(self.type, payload=payload, event_id=self.id))
+
+    def fail(self, exc: BaseException) -> None:
+        """End with the exception, once per exception as ``CallbackManager.event`` does."""
+        if isinstance(exc, Exception) and not hasattr(exc, "event_added"):
+            exc.event_added = True  # type: ignore[attr-defined]
+            self.end({EventPayload.EXCEPTION: exc})
+
+
+def _dispatch(dispatcher: Any, event_factory: Callable[[], Any]) -> None:
+    _emit(lambda: dispatcher.event(event_factory()))
+
+
+async def embedding(model: Any, chunks: list[str], call: Callable[[], Awaitable[list[list[float]]]]) -> Any:
+    """One stock embedding flush (``get_query_embedding`` / a batch of ``get_text_embedding_batch``)."""
+    from llama_index.core.instrumentation.events.embedding import EmbeddingEndEvent, EmbeddingStartEvent
+
+    model_dict = model.to_payload()
+    _dispatch(_EMBED, lambda: EmbeddingStartEvent(model_dict=model_dict))
+    event = _Event(model.callback_manager, CBEventType.EMBEDDING, {EventPayload.SERIALIZED: model_dict})
+    vectors = await call()
+    event.end({EventPayload.CHUNKS: list(chunks), EventPayload.EMBEDDINGS: vectors})
+    _dispatch(_EMBED, lambda: EmbeddingEndEvent(chunks=list(chunks), embeddings=vectors))
+    return vectors
+
+
+# -- retrieval / synthesis -----------------------------------------------------------------
+
+async def retrieve(retriever: Any, query: Any, call: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
+    """``BaseRetriever.retrieve``'s events around ``call`` (the lowered retrieval)."""
+    from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
+
+    retriever._check_callback_manager()
+    _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
+    event = _Event(retriever.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
+    try:
+        nodes = await call()
+    except BaseException as exc:
+        event.fail(exc)
+        raise
+    event.end({EventPayload.NODES: nodes})
+    _dispatch(_RETRIEVE, lambda: RetrievalEndEvent(str_or_query_bundle=query, nodes=nodes))
+    return nodes
+
+
+class Synthesis:
+    """``BaseSynthesizer.synthesize``'s events, split around the lowered synthesis."""
+
+    def __init__(self, synth: Any, query: Any) -> None:
+        from llama_index.core.instrumentation.events.synthesis import SynthesizeStartEvent
+
+        self.synth, self.query, self.event = synth, query, None
+        _dispatch(_SYNTH, lambda: SynthesizeStartEvent(query=query))
+
+    def begin(self) -> None:
+        """Nodes are there: the ``SYNTHESIZE`` callback event starts (stock emits none for zero nodes)."""
+        self.event = _Event(self.synth.callback_manager, CBEventType.SYNTHESIZE,
+                            {EventPayload.QUERY_STR: self.query.query_str})
+
+    def fail(self, exc: BaseException) -> None:
+        if self.event is not None:
+            self.event.fail(exc)
+
+    def end(self, response: Any) -> Any:
+        from llama_index.core.instrumentation.events.synthesis import SynthesizeEndEvent
+
+        if self.event is not None:
+            self.event.end({EventPayload.RESPONSE: response})
+        _dispatch(_SYNTH, lambda: SynthesizeEndEvent(query=self.query, response=response))
+        return response
+
+
+@contextlib.contextmanager
+def get_response(query_str: str, chunks: list[str]) -> Iterator[None]:
+    """``Refine.get_response``'s start/end events (compact and refine modes)."""
+    from llama_index.core.instrumentation.events.synthesis import GetResponseEndEvent, GetResponseStartEvent
+
+    _dispatch(_REFINE, lambda: GetResponseStartEvent(query_str=query_str, text_chunks=list(chunks)))
+    yield
+    _dispatch(_REFINE, lambda: GetResponseEndEvent())
+
+
+@contextlib.contextmanager
+def query_event(engine: Any, query_bundle: Any, lowered: bool = True) -> Iterator[Any]:
+    """``RetrieverQueryEngine._query``'s ``QUERY`` callback event around the optimized run; the caller
+    ends it with ``on_end(payload={RESPONSE: ...})``. A stock engine run as one opaque node emits its own."""
+    if not lowered:
+        yield _NoEvent()
+        return
+    with engine.callback_manager.event(CBEventType.QUERY,
+                                       payload={EventPayload.QUERY_STR: query_bundle.query_str}) as event:
+        yield event
+
+
+class _NoEvent:
+    def on_end(self, payload: Any = None) -> None:
+        """Nothing to end: the stock engine emitted its own event."""
+
+
+class QueryCall:
+    """``BaseQueryEngine.query``'s events (for doc-QA, whose interceptor replaces ``query``)."""
+
+    def __init__(self, engine: Any, query: Any) -> None:
+        from llama_index.core.schema import QueryBundle
+
+        self.engine, self.query = engine, query
+        self.bundle = QueryBundle(query) if isinstance(query, str) else query
+
+    @contextlib.contextmanager
+    def span(self) -> Iterator[Callable[[Any], Any]]:
+        """Yields ``done(response) -> response``, which the caller calls with the result."""
+        from llama_index.core.instrumentation.events.query import QueryEndEvent, QueryStartEvent
+
+        _QUERY.event(QueryStartEvent(query=self.query))
+        out: list[Any] = []
+        with self.engine.callback_manager.as_trace("query"):
+            yield lambda response: out.append(response) or response
+        if out:
+            _QUERY.event(QueryEndEvent(query=self.bundle, response=out[0]))
