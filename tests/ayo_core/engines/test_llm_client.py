@@ -8,11 +8,11 @@ import socket
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from ayo_core.engines.llm_client import STOPPED, LLMEngine, LLMEngineError, LLMRequestError, StopStream
+from tests.stub_http import JSONHandler, LoopbackServer, sse
 
 QUESTION = [{"role": "user", "content": "Name three colors."}]
 
@@ -228,7 +228,7 @@ async def test_nothing_listening_is_an_engine_error():
 # -- scripted OpenAI-style servers: no priority scheduling, transient failures -----------------
 
 
-class _StubServer:
+class _StubServer(LoopbackServer):
     """Loopback OpenAI-style server; records every body it gets.
 
     ``priority_message``: reject any request carrying ``priority`` with HTTP 400 and this
@@ -239,45 +239,24 @@ class _StubServer:
     def __init__(self, priority_message: str | None = None, fail_first: tuple[int, ...] = ()) -> None:
         self.bodies: list[dict] = []
         failures = list(fail_first)
-        server = self
+        bodies = self.bodies
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                server.bodies.append(body)
+                body = self.json_body()
+                bodies.append(body)
                 if priority_message is not None and "priority" in body:
-                    self._send(400, json.dumps({"error": {"message": priority_message, "code": 400}}).encode())
+                    self.reply(400, json.dumps({"error": {"message": priority_message, "code": 400}}).encode())
                 elif failures:
-                    status = failures.pop(0)
-                    self._send(status, b'{"error": {"message": "try again"}}', {"retry-after-ms": "10"})
+                    self.reply(failures.pop(0), b'{"error": {"message": "try again"}}', {"retry-after-ms": "10"})
                 elif body.get("stream"):
-                    events = [{"choices": [{"index": 0, "text": t, "finish_reason": None}]} for t in ("He", "llo")]
-                    payload = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
-                    self._send(200, payload + b"data: [DONE]\n\n", kind="text/event-stream")
+                    self.reply(200, sse([{"choices": [{"index": 0, "text": t, "finish_reason": None}]}
+                                         for t in ("He", "llo")]), kind="text/event-stream")
                 else:
-                    self._send(200, json.dumps({"choices": [{"index": 0, "text": "Hello", "finish_reason": "stop"}]})
+                    self.reply(200, json.dumps({"choices": [{"index": 0, "text": "Hello", "finish_reason": "stop"}]})
                                .encode())
 
-            def _send(self, status: int, payload: bytes, headers: dict | None = None,
-                      kind: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(payload)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture

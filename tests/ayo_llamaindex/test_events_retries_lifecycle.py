@@ -16,11 +16,9 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from conftest import QUESTIONS, TEXTS, FakeLLM, assert_same
 from llama_index.core import Document, Settings, VectorStoreIndex
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler, TokenCountingHandler
 from llama_index.core.instrumentation import get_dispatcher
@@ -31,9 +29,11 @@ from llama_index.core.retrievers import QueryFusionRetriever
 
 import ayo_llamaindex
 from ayo_llamaindex.runtime import LOOP
+from tests.ayo_llamaindex.li_helpers import QUESTIONS, TEXTS, FakeLLM, assert_same
+from tests.stub_http import JSONHandler, LoopbackServer, sse
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(LoopbackServer):
     """``/v1/chat/completions`` and ``/v1/completions`` with ``FakeLLM``'s answers and token usage.
 
     ``fail_first``: answer the first requests with these statuses; ``delay``: seconds per request.
@@ -45,19 +45,14 @@ class FakeOpenAIServer:
         self.delay = delay
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                body = self.json_body()
                 if not self.path.endswith("completions"):  # /tokenize (Ayo's prefill probe): not vLLM here
-                    self._send(404, b'{"error": {"message": "not found"}}')
+                    self.reply(404, b'{"error": {"message": "not found"}}')
                     return
                 if body.get("max_tokens") == 1:  # a prefill-only request: not an answer anyone reads
-                    self._send(200, json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
+                    self.reply(200, json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
                                .encode())
                     return
                 server.requests += 1
@@ -65,7 +60,7 @@ class FakeOpenAIServer:
                     time.sleep(server.delay)
                 if server.failures:
                     status = server.failures.pop(0)
-                    self._send(status, b'{"error": {"message": "overloaded, try again"}}', {"retry-after-ms": "10"})
+                    self.reply(status, b'{"error": {"message": "overloaded, try again"}}', {"retry-after-ms": "10"})
                     return
                 chat = "messages" in body
                 prompt = "\n".join(m["content"] for m in body["messages"]) if chat else body["prompt"]
@@ -73,33 +68,15 @@ class FakeOpenAIServer:
                 usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(answer.split()),
                          "total_tokens": len(prompt.split()) + len(answer.split())}
                 if body.get("stream"):
-                    self._send(200, _stream_payload(answer, chat, usage), kind="text/event-stream")
+                    self.reply(200, _stream_payload(answer, chat, usage), kind="text/event-stream")
                     return
                 choice = ({"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
                           if chat else {"index": 0, "text": answer, "finish_reason": "stop"})
                 out = {"id": "x", "object": "chat.completion" if chat else "text_completion", "created": 0,
                        "model": body["model"], "choices": [choice], "usage": usage}
-                self._send(200, json.dumps(out).encode())
+                self.reply(200, json.dumps(out).encode())
 
-            def _send(self, status: int, payload: bytes, headers: dict | None = None,
-                      kind: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(payload)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.handle_error = lambda *args: None  # a client that gave up (cancelled query): not an error
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def _stream_payload(answer: str, chat: bool, usage: dict) -> bytes:
@@ -110,7 +87,7 @@ def _stream_payload(answer: str, chat: bool, usage: dict) -> bytes:
                "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None} if chat
                            else {"index": 0, "text": p, "finish_reason": None}]} for p in pieces]
     events.append({"id": "x", "object": kind, "created": 0, "model": "fake", "choices": [], "usage": usage})
-    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    return sse(events)
 
 
 class _Recorder(BaseEventHandler):
@@ -437,7 +414,7 @@ def test_interpreter_exits_promptly_after_use(server) -> None:
     code = f"""
 import asyncio, sys
 sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
-from conftest import FakeLLM
+from tests.ayo_llamaindex.li_helpers import FakeLLM
 from llama_index.core import Document, SummaryIndex
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.llms.openai_like import OpenAILike

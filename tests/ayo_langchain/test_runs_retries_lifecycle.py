@@ -14,7 +14,6 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from uuid import UUID
 
@@ -26,6 +25,7 @@ from langchain_core.runnables import RunnableBranch, RunnableLambda, RunnablePar
 from lc_helpers import MODEL, fake_chat, fake_completion_llm, format_docs
 
 import ayo_langchain
+from tests.stub_http import JSONHandler, LoopbackServer, sse
 
 PROMPT = ChatPromptTemplate.from_messages([("human", "Context: {context}\nQuestion: {question}")])
 LEAF_KINDS = ("chat", "llm", "retriever")
@@ -400,7 +400,7 @@ def test_state_stays_bounded_over_many_calls(fake_server: Any) -> None:
 # ---- retries -------------------------------------------------------------------------------------
 
 
-class FlakyOpenAI:
+class FlakyOpenAI(LoopbackServer):
     """Loopback OpenAI-style chat server answering its first requests with ``fail_first`` statuses."""
 
     def __init__(self, fail_first: tuple[int, ...] = ()) -> None:
@@ -408,48 +408,26 @@ class FlakyOpenAI:
         self.failures = list(fail_first)
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive: clients pool connections, as with vLLM
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                body = self.json_body()
                 server.bodies.append(body)
                 if server.failures:
-                    self._send(server.failures.pop(0), b'{"error": {"message": "busy, try again"}}',
+                    self.reply(server.failures.pop(0), b'{"error": {"message": "busy, try again"}}',
                                {"retry-after-ms": "10"})
                 elif body.get("stream"):
                     events = [{"id": "x", "object": "chat.completion.chunk", "created": 0, "model": MODEL,
                                "choices": [{"index": 0, "delta": {"content": t}, "finish_reason": f}]}
                               for t, f in (("Hel", None), ("lo", None), ("", "stop"))]
-                    data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
-                    self._send(200, data + b"data: [DONE]\n\n", kind="text/event-stream")
+                    self.reply(200, sse(events), kind="text/event-stream")
                 else:
-                    self._send(200, json.dumps({
+                    self.reply(200, json.dumps({
                         "id": "x", "object": "chat.completion", "created": 0, "model": MODEL,
                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"},
                                      "finish_reason": "stop"}],
                         "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode())
 
-            def _send(self, status: int, payload: bytes, headers: dict | None = None,
-                      kind: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(payload)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture
