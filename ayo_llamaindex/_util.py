@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -21,3 +24,18 @@ def overridden(obj: Any, base: type, names: tuple[str, ...] | list[str]) -> list
     """Which of ``names`` ``obj`` (a class, or an instance's class) defines differently from ``base``."""
     cls = obj if isinstance(obj, type) else type(obj)
     return [n for n in names if raw_attr(cls, n) is not raw_attr(base, n)]
+
+
+def once(install: Callable[[], None]) -> Callable[[], None]:
+    """``install`` run at most once per process, even when threads race to it (process-wide
+    wrapt hooks must not wrap a method twice)."""
+    lock, done = threading.Lock(), [False]
+
+    @functools.wraps(install)
+    def run_once() -> None:
+        with lock:
+            if not done[0]:
+                install()
+                done[0] = True
+
+    return run_once

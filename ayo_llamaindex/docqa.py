@@ -28,7 +28,6 @@ import functools
 import inspect
 import itertools
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +37,7 @@ from llama_index.core.schema import QueryBundle
 from ayo_core.graph import Graph, Node, Op
 from ayo_llamaindex import events, ingest
 from ayo_llamaindex import explain as explain_mod
+from ayo_llamaindex._util import once
 from ayo_llamaindex.capture import capture_query_engine, describe
 from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, embed_send, runtime_for
 
@@ -228,25 +228,17 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
 
 # -- interceptors (process-wide, active only inside an optimized call) ---------------------------
 
-_installed = False
-_install_lock = threading.Lock()
-
-
+@once
 def install_hooks() -> None:
-    global _installed
     import wrapt
     from llama_index.core.base.base_query_engine import BaseQueryEngine
     from llama_index.core.indices.vector_store.base import VectorStoreIndex
 
-    with _install_lock:
-        if _installed:
-            return
-        wrapt.wrap_function_wrapper(VectorStoreIndex, "_build_index_from_nodes", _build_index)
-        wrapt.wrap_function_wrapper(VectorStoreIndex, "_insert", _insert)
-        wrapt.wrap_function_wrapper(BaseQueryEngine, "query", _query)
-        wrapt.wrap_function_wrapper(BaseQueryEngine, "aquery", _aquery)
-        ingest.install_barriers()
-        _installed = True
+    wrapt.wrap_function_wrapper(VectorStoreIndex, "_build_index_from_nodes", _build_index)
+    wrapt.wrap_function_wrapper(VectorStoreIndex, "_insert", _insert)
+    wrapt.wrap_function_wrapper(BaseQueryEngine, "query", _query)
+    wrapt.wrap_function_wrapper(BaseQueryEngine, "aquery", _aquery)
+    ingest.install_barriers()
 
 
 def _nodes_args(args: tuple, kwargs: dict) -> tuple[list[Any], dict[str, Any]] | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -32,6 +31,8 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, Completi
 from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+
+from ayo_llamaindex._util import once
 
 # the dispatchers stock emits on (a handler attached to one of them sees our events too)
 _LLM = get_dispatcher("llama_index.core.llms.llm")
@@ -69,26 +70,18 @@ async def replay(records: list[Record]) -> None:
             await out
 
 
-_hooks_installed = False
-_hooks_lock = threading.Lock()
-
-
+@once
 def _install_hooks() -> None:
     """Make ``CallbackManager.on_event_start`` / ``on_event_end`` record while a task records.
 
     Process-wide wrapt wrappers, inert (one context-variable read) outside a recording task:
     LlamaIndex code that a speculative synthesis calls emits through them directly.
     """
-    global _hooks_installed
-    with _hooks_lock:
-        if _hooks_installed:
-            return
-        import wrapt
-        from llama_index.core.callbacks import CallbackManager
+    import wrapt
+    from llama_index.core.callbacks import CallbackManager
 
-        wrapt.wrap_function_wrapper(CallbackManager, "on_event_start", _start_hook)
-        wrapt.wrap_function_wrapper(CallbackManager, "on_event_end", _end_hook)
-        _hooks_installed = True
+    wrapt.wrap_function_wrapper(CallbackManager, "on_event_start", _start_hook)
+    wrapt.wrap_function_wrapper(CallbackManager, "on_event_end", _end_hook)
 
 
 def _start_args(event_type: Any, payload: Any = None, event_id: str | None = None, parent_id: str | None = None,
