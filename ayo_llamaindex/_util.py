@@ -39,3 +39,29 @@ def once(install: Callable[[], None]) -> Callable[[], None]:
                 done[0] = True
 
     return run_once
+
+
+def spanned_elsewhere(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a method so LlamaIndex's ``DispatcherSpanMixin`` does not wrap it in a span of its own.
+
+    The mixin opens a span around every override of a spanned base method; a stand-in method
+    that only delegates to a spanned one (the stock engine's, or ``super()``'s) would then
+    open two, and a failing query would emit one ``SpanDropEvent`` more than stock.
+    """
+    from llama_index_instrumentation.dispatcher import DISPATCHER_SPAN_DECORATED_ATTR
+
+    setattr(method, DISPATCHER_SPAN_DECORATED_ATTR, True)
+    return method
+
+
+def without_span(bound: Any) -> Any:
+    """``bound`` (a method of a user object) minus the dispatcher span the mixin put around it.
+
+    For a stock method whose span Ayo's own method of the same name already opened (the
+    query engine's ``_query``): calling the wrapped one would open that span twice.
+    """
+    import wrapt
+
+    if isinstance(bound, wrapt.BoundFunctionWrapper) and getattr(bound, "__self__", None) is not None:
+        return bound.__wrapped__.__get__(bound.__self__)
+    return bound

@@ -246,19 +246,37 @@ async def embedding(model: Any, chunks: list[str], call: Callable[[], Awaitable[
 
 async def retrieve(retriever: Any, query: Any, call: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
     """``BaseRetriever.retrieve``'s events around ``call`` (the lowered retrieval)."""
-    from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
-
-    retriever._check_callback_manager()
-    _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
-    event = _Event(retriever.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
+    event = Retrieval(retriever, query)
     try:
         nodes = await call()
     except BaseException as exc:
         event.fail(exc)
         raise
-    event.end({EventPayload.NODES: nodes})
-    _dispatch(_RETRIEVE, lambda: RetrievalEndEvent(str_or_query_bundle=query, nodes=nodes))
-    return nodes
+    return event.end(nodes)
+
+
+class Retrieval:
+    """``BaseRetriever.retrieve``'s events, split where the lowered retrieval is split (embed node,
+    then search node): started before the query embedding, so its ``EMBEDDING`` events nest in
+    ``RETRIEVE`` and the instrumentation events come in stock's order."""
+
+    def __init__(self, retriever: Any, query: Any) -> None:
+        from llama_index.core.instrumentation.events.retrieval import RetrievalStartEvent
+
+        self.retriever, self.query = retriever, query
+        retriever._check_callback_manager()
+        _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
+        self.event = _Event(retriever.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
+
+    def fail(self, exc: BaseException) -> None:
+        self.event.fail(exc)
+
+    def end(self, nodes: list[Any]) -> list[Any]:
+        from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
+
+        self.event.end({EventPayload.NODES: nodes})
+        _dispatch(_RETRIEVE, lambda: RetrievalEndEvent(str_or_query_bundle=self.query, nodes=nodes))
+        return nodes
 
 
 class Synthesis:

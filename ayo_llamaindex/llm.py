@@ -134,7 +134,7 @@ class LLMBinding:
     ) -> str:
         """``llm.predict(prompt, **prompt_args)``: through ``send`` when recognized, else opaque."""
         if not self.recognized or send is None:
-            return await asyncio.to_thread(self.llm.predict, prompt, **prompt_args)
+            return await _call_user_llm(self.llm.predict, self.llm.apredict, prompt, **prompt_args)
         request = self.predict_request(prompt, **prompt_args)
         result = await events.predict(self.llm, prompt, prompt_args, lambda: self._send(send, request, stream_cb))
         return self.parse(result.text)
@@ -144,7 +144,7 @@ class LLMBinding:
     ) -> str:
         """``llm.complete(prompt).text``: through ``send`` when recognized, else opaque."""
         if not self.recognized or send is None:
-            response = await asyncio.to_thread(self.llm.complete, prompt)
+            response = await _call_user_llm(self.llm.complete, self.llm.acomplete, prompt)
             if stream_cb is not None and response.text:
                 with contextlib.suppress(StopStream):  # the whole text is already here
                     stream_cb(response.text)
@@ -185,6 +185,15 @@ class LLMBinding:
                             self.label, wait, type(error).__name__, attempt, max_retries)
                 await asyncio.sleep(wait)
                 attempt += 1
+
+
+async def _call_user_llm(sync_fn: Callable[..., Any], async_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """An LLM Ayo does not send requests for, called as stock calls it: ``apredict`` / ``acomplete``
+    on the caller's loop inside ``aquery`` (every stock async path awaits them; their events and
+    async client are the class's own), the sync method in a worker thread inside ``query``."""
+    from ayo_llamaindex.runtime import call_stock  # runtime imports this module
+
+    return await call_stock(sync_fn, async_fn, *args, **kwargs)
 
 
 # llama_index.llms.openai's llm_retry_decorator: tenacity, stop after max_retries attempts or 60 s,

@@ -28,7 +28,7 @@ from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph, Node, Op
 from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
-from ayo_llamaindex._util import overridden
+from ayo_llamaindex._util import overridden, without_span
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
 from ayo_llamaindex.runtime import EngineAssignment, call_stock, embed_send, in_async_call, llm_send
 
@@ -47,8 +47,8 @@ def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_aft
         inner = isinstance(qe, BaseQueryEngine) and not overridden(qe, BaseQueryEngine, ("query", "aquery"))
 
         async def run_engine(ctx: Any, query: QueryBundle) -> Any:
-            if inner:
-                return await call_stock(qe._query, qe._aquery, query)
+            if inner:  # our own _query's span stands for the stock engine's: not opened twice
+                return await call_stock(without_span(qe._query), without_span(qe._aquery), query)
             return await call_stock(qe.query, qe.aquery, query)
 
         g.add(Node("query_engine", Op.OPAQUE, fn=run_engine, inputs={"query": query_input}, module="query_engine",
@@ -157,24 +157,35 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
     r, embed = plan.obj, plan.embed
     kind = assign.embed_kind(embed)
 
-    async def embed_query(ctx: Any, query: QueryBundle) -> Any:
+    async def embed_query(ctx: Any, query: QueryBundle) -> tuple[Any, events.Retrieval]:
+        # the retrieve events start here, as stock's retrieve() starts them before it embeds
+        event = events.Retrieval(r, query)
         if not retrieval.needs_query_embedding(r, query):
-            return None
-        return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs))
+            return None, event
+        try:
+            return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs)), event
+        except BaseException as exc:
+            event.fail(exc)
+            raise
 
-    async def search(ctx: Any, query: QueryBundle, embedding: Any) -> Any:
+    async def search(ctx: Any, query: QueryBundle, embedded: tuple[Any, events.Retrieval]) -> Any:
+        embedding, event = embedded
         bundle = query
         if embedding is not None:
             # stock retrieve() leaves the embedding on the caller's bundle; aretrieve() does not
             if in_async_call():
                 bundle = copy.copy(query)
             bundle.embedding = embedding
-        # the retrieve events span the search only (the embed node emits its own embedding event)
-        return await events.retrieve(r, query, lambda: asyncio.to_thread(retrieval.search_sync, r, bundle))
+        try:
+            nodes = await asyncio.to_thread(retrieval.search_sync, r, bundle)
+        except BaseException as exc:
+            event.fail(exc)
+            raise
+        return event.end(nodes)
 
     g.add(Node("retrieve.embed", Op.EMBED, fn=embed_query, inputs={"query": query}, engine=kind or "local",
                module="retriever", batchable=True, cost=0.02))
-    g.add(Node("retrieve.search", Op.SEARCH, fn=search, inputs={"query": query, "embedding": "retrieve.embed"},
+    g.add(Node("retrieve.search", Op.SEARCH, fn=search, inputs={"query": query, "embedded": "retrieve.embed"},
                module="retriever", after=after, cost=0.01))
     return "retrieve.search"
 

@@ -17,7 +17,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ayo_llamaindex import events
 from ayo_llamaindex import explain as explain_mod
-from ayo_llamaindex._util import overridden
+from ayo_llamaindex._util import overridden, spanned_elsewhere
 from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
 from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, runtime_for
 
@@ -91,23 +91,35 @@ class OptimizedQueryEngine(BaseQueryEngine):
         self.last_trace = trace
         return value
 
+    # query/aquery and the delegating API below are marked spanned_elsewhere: the span is the one
+    # of the method they call (BaseQueryEngine.query, the stock engine's), not a second one
+    @spanned_elsewhere
     def query(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
         if self._stock_query:  # the stock engine's own query() emits what it emits, in the opaque node
-            return self._query(_bundle(str_or_query_bundle))
+            return self._answer(_bundle(str_or_query_bundle))
         return super().query(str_or_query_bundle)
 
+    @spanned_elsewhere
     async def aquery(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
         if self._stock_query:
-            return await self._aquery(_bundle(str_or_query_bundle))
+            return await self._aanswer(_bundle(str_or_query_bundle))
         return await super().aquery(str_or_query_bundle)
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        return self._answer(query_bundle)
+
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        return await self._aanswer(query_bundle)
+
+    # _answer/_aanswer carry no span (only _query/_aquery, which LlamaIndex's mixin spans, stand
+    # for the stock engine's _query): an engine defining query() itself has only its own spans
+    def _answer(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         with self._query_event(query_bundle) as event:
             response = LOOP.run(self._run(query_bundle))  # the caller's context (event stack, span) goes along
             event.on_end(payload={EventPayload.RESPONSE: response})
         return response
 
-    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+    async def _aanswer(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         with self._query_event(query_bundle) as event:
             response = await LOOP.arun(self._run(query_bundle, asyncio.get_running_loop()))
             event.on_end(payload={EventPayload.RESPONSE: response})
@@ -119,15 +131,19 @@ class OptimizedQueryEngine(BaseQueryEngine):
 
     # -- the rest of the stock engine's API (retrieve, synthesize, retriever, ...) is the stock
     # engine's own: BaseQueryEngine's defaults would raise NotImplementedError where stock works
+    @spanned_elsewhere
     def retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._stock.retrieve(query_bundle)
 
+    @spanned_elsewhere
     async def aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await self._stock.aretrieve(query_bundle)
 
+    @spanned_elsewhere
     def synthesize(self, *args: Any, **kwargs: Any) -> RESPONSE_TYPE:
         return self._stock.synthesize(*args, **kwargs)
 
+    @spanned_elsewhere
     async def asynthesize(self, *args: Any, **kwargs: Any) -> RESPONSE_TYPE:
         return await self._stock.asynthesize(*args, **kwargs)
 
