@@ -73,6 +73,9 @@ class PlannedRetrieverRun:
 
     def __post_init__(self) -> None:
         self.manager = retriever_manager(self.retriever, self.cfg, self.ls_params)
+        given = ensure_config(self.cfg).get("run_id")
+        if given is not None:  # the caller's run id (``invoke(q, {"run_id": ...})``) names this run, as in stock
+            self.run_id = given
 
     def child(self, cfg: RunnableConfig, tag: str | None = None) -> RunnableConfig:
         """``cfg`` for a run inside this retriever's run (``run_manager.get_child(tag)`` in stock)."""
@@ -110,8 +113,9 @@ def retriever_manager(retriever: Any, cfg: RunnableConfig, with_ls_params: bool 
 
 async def start_retriever_run(retriever: Any, query: Any, cfg: RunnableConfig) -> Any:
     """Open a retriever run the way ``BaseRetriever.ainvoke`` does; returns its run manager."""
-    manager = retriever_manager(retriever, cfg)
-    return await manager.on_retriever_start(None, query, name=ensure_config(cfg).get("run_name") or retriever.get_name())
+    manager, cfg = retriever_manager(retriever, cfg), ensure_config(cfg)
+    return await manager.on_retriever_start(None, query, name=cfg.get("run_name") or retriever.get_name(),
+                                            run_id=cfg.get("run_id"))
 
 
 async def start_chain_run(runnable: Any, value: Any, cfg: RunnableConfig, name: str | None = None) -> Any:

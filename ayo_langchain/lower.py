@@ -58,6 +58,22 @@ class QueryRun:
     streaming: bool = False  # the user called stream/astream: stock runs every step's transform
 
 
+async def stream_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
+    """What a model step gives inside stock's ``stream``: its ``transform`` (``atransform`` under an
+    async call) over the one-chunk input, the chunks added up (an ``AIMessageChunk`` with the
+    streamed answer's metadata, not the ``AIMessage`` of ``invoke``)."""
+    if run.sync:
+        return await asyncio.to_thread(_transform_once, runnable, value, cfg)
+
+    async def one() -> Any:
+        yield value
+
+    out: Any = None
+    async for chunk in runnable.atransform(one(), cfg):
+        out = chunk if out is None else out + chunk
+    return out
+
+
 async def call_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
     """Invoke a user object the way the stock chain would in this call: ``invoke`` (in a worker
     thread) under a sync call, ``ainvoke`` under an async one (a sync-only object keeps working,
@@ -77,6 +93,8 @@ class Lowerer:
     nodes: list[Node] = field(default_factory=list)
     # dict-building node -> {key: producer node, "__base__": assign input}: prefill splitting reads it
     dict_sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    # inside an object stock invokes even in a stream (a retriever's query chain): its models do not stream
+    invoked: bool = False
     # estimated seconds after the query's start at which each node's value exists
     ready: dict[str, float] = field(default_factory=dict)
     # node -> how to approximate its value from a pipelined retrieval's parts (progressive prefill)
@@ -84,7 +102,12 @@ class Lowerer:
     _n: int = 0
 
     def sub(self, parent: str) -> Lowerer:
-        return Lowerer(self.plan, self.run, prefix=f"{parent}/", ready=dict(self.ready), progress=dict(self.progress))
+        return Lowerer(self.plan, self.run, prefix=f"{parent}/", ready=dict(self.ready), progress=dict(self.progress),
+                       invoked=self.invoked)
+
+    def streams_models(self) -> bool:
+        """Models lowered now stream, as every model of a chain does under stock's ``stream``."""
+        return self.run.streaming and not self.invoked
 
     def name(self, label: str) -> str:
         self._n += 1
@@ -162,12 +185,14 @@ class Lowerer:
         return out
 
     # ---- leaves that call the user's object ---------------------------------------------
-    def _call_node(self, label: str, op: Op, m: cap.Module, src: str, cfg: RunnableConfig, cost: float) -> str:
+    def _call_node(self, label: str, op: Op, m: cap.Module, src: str, cfg: RunnableConfig, cost: float,
+                   model: bool = False) -> str:
         runnable = m.runnable
         run_cfg = leaf_config(cfg, m.wrappers, runnable)
+        method = stream_user if model and self.streams_models() else call_user
 
         async def call(ctx: Any, value: Any) -> Any:
-            return await call_user(self.run, runnable, value, run_cfg)
+            return await method(self.run, runnable, value, run_cfg)
 
         return self.add(label, op, call, {"value": src}, m, cost=cost)
 
@@ -181,7 +206,7 @@ class Lowerer:
         return self._call_node("pick", Op.TRANSFORM, m, src, cfg, COST["parser"])
 
     def _lower_opaque(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
-        return self._call_node("opaque", Op.OPAQUE, m, src, cfg, COST["opaque"])
+        return self._call_node("opaque", Op.OPAQUE, m, src, cfg, COST["opaque"], model=is_language_model(m))
 
     def _lower_lambda(self, m: cap.Lambda, src: str, cfg: RunnableConfig) -> str:
         lam = m.runnable
@@ -253,14 +278,16 @@ class Lowerer:
                      parts: Callable[[str], list] | None = None, finished: asyncio.Event | None = None) -> str:
         routed = self.plan.routed.get(id(m))
         if routed is None:  # an endpoint the engine does not serve: call the model as-is
-            return self._call_node("model", Op.OPAQUE, m, src, cfg, COST["opaque"])
+            return self._call_node("model", Op.OPAQUE, m, src, cfg, COST["opaque"], model=True)
         run_cfg = leaf_config(cfg, m.wrappers, m.runnable)
         streaming = m is self.run.stream_to
+        # under stock's stream every model of the chain streams (a branch's, a parallel's): same value type
+        streamed = parts is None and self.streams_models()
         sink = self.run.sink
 
         async def decode(ctx: Any, prompt: Any, **_early: Any) -> Any:
             with route(Route(ctx.llm, on_delta=ctx.stream_cb)):
-                if not streaming:
+                if not (streaming or streamed):
                     try:
                         return await routed.ainvoke(prompt, run_cfg)
                     finally:
@@ -268,7 +295,8 @@ class Lowerer:
                             finished.set()
                 final = None
                 async for chunk in routed.astream(prompt, run_cfg):
-                    sink.put_nowait(chunk)
+                    if streaming:
+                        sink.put_nowait(chunk)
                     final = chunk if final is None else final + chunk
                 return final
 
@@ -295,6 +323,17 @@ class Lowerer:
         from ayo_langchain.retrieval import lower_ensemble
 
         return lower_ensemble(self, m, src, cfg)
+
+
+def is_language_model(m: cap.Module) -> bool:
+    """``m`` is a model (or bindings around one) that Ayo calls as-is."""
+    from langchain_core.language_models import BaseLanguageModel
+    from langchain_core.runnables import RunnableBinding
+
+    inner = m.runnable
+    while isinstance(inner, RunnableBinding):
+        inner = inner.bound
+    return isinstance(inner, BaseLanguageModel)
 
 
 def _lambda_body(lam: Any, inline: bool) -> Callable[..., Any]:

@@ -287,8 +287,15 @@ class OptimizedRunnable(Runnable):
             config = w._merge_configs(config)
         return config
 
+    def reports_own_run(self) -> bool:
+        """The root module opens its run itself (a model, a retriever, a branch...): stock's
+        ``llm.invoke(x)`` reports one chat-model run, so Ayo opens no chain run around it."""
+        return isinstance(self.plan.root, _SELF_REPORTING)
+
     async def _invoke(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> Any:
         config = self._top_config(config)
+        if self.reports_own_run():
+            return await self._execute(input, QueryRun(cfg=config, run_manager=None, sync=sync))
         manager = get_async_callback_manager_for_config(config)
         run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
                                                    run_id=config.pop("run_id", None))
@@ -342,6 +349,11 @@ class OptimizedRunnable(Runnable):
 
     async def _astream(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> AsyncIterator[Any]:
         config = self._top_config(config)
+        if self.reports_own_run():
+            async for chunk in self._stream_chunks(input, QueryRun(cfg=config, run_manager=None, sync=sync,
+                                                                   streaming=True)):
+                yield chunk
+            return
         manager = get_async_callback_manager_for_config(config)
         run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
                                                    run_id=config.pop("run_id", None))
@@ -376,7 +388,7 @@ class OptimizedRunnable(Runnable):
         if id(model) in self.plan.routed:
             run.stream_to, run.sink, run.tail_from = model, asyncio.Queue(), at
             source: AsyncIterator[Any] | None = self._sink_chunks(input, run)
-        else:  # a model Ayo does not route: the graph computes its input, the model streams as-is
+        else:  # a model (or step) Ayo does not route: the graph computes its input, it streams as-is
             run.tail_from = at - 1
             prefix = await self._execute(input, run) if at > 0 else input
             source = None if run.sync else model.runnable.astream(prefix, cfg_of(at))
@@ -416,12 +428,17 @@ class OptimizedRunnable(Runnable):
         return explain(self)
 
 
-def _last_model(steps: list[cap.Module]) -> int | None:
-    from langchain_core.language_models import BaseLanguageModel
+# Root modules whose lowering opens their own run, as the stock object does when called alone.
+# (A lambda's expansions hang under the chain run, and composites report no run: those keep it.)
+_SELF_REPORTING = (cap.Model, cap.Prompt, cap.Parser, cap.Pick, cap.VectorRetriever, cap.MultiQuery, cap.Ensemble,
+                   cap.Branch)
 
+
+def _last_model(steps: list[cap.Module]) -> int | None:
+    """The step stock's stream gets its chunks from: the last model, or a later step Ayo calls as-is
+    (``llm.with_fallbacks(...)``, a configurable model: their own ``astream`` streams as stock's does)."""
     for i in range(len(steps) - 1, -1, -1):
-        s = steps[i]
-        if isinstance(s, cap.Model) or (isinstance(s, cap.Opaque) and isinstance(s.runnable, BaseLanguageModel)):
+        if isinstance(steps[i], (cap.Model, cap.Opaque)):
             return i
     return None
 

@@ -1,0 +1,128 @@
+"""Stock vs optimized on user-style chains found by the third sweep (/tmp/lc_sweep3): a model or
+retriever optimized on its own, models nested in composites under ``stream``, steps Ayo calls
+as-is at the end of a streamed chain, models asked for response headers or a short timeout.
+
+All run against the real vLLM server (``llm_url``), greedy, a few tokens each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from operator import itemgetter
+from typing import Any
+from uuid import UUID
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnableBranch, RunnableParallel
+from lc_helpers import MODEL, concat
+
+import ayo_langchain
+
+pytestmark = [pytest.mark.llm, pytest.mark.timeout(300)]
+FACT = ChatPromptTemplate.from_template("One short fact about {topic}.")
+TOPIC = {"topic": "json"}
+
+
+def _chat(url: str, **kw: Any) -> Any:
+    from langchain_openai import ChatOpenAI
+
+    kw.setdefault("max_tokens", 6)
+    return ChatOpenAI(model=kw.pop("model", MODEL), base_url=url, api_key="none", temperature=0, **kw)
+
+
+class Starts(BaseCallbackHandler):
+    """Every run start: (kind, name, is a root run); and the streamed tokens."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, str, bool]] = []
+        self.tokens: list[str] = []
+
+    def _add(self, kind: str, kw: dict, parent_run_id: UUID | None) -> None:
+        self.runs.append((kind, kw.get("name") or "", parent_run_id is None))
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, parent_run_id: UUID | None = None, **kw: Any) -> None:
+        self._add("chain", kw, parent_run_id)
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, parent_run_id: UUID | None = None,
+                            **kw: Any) -> None:
+        self._add("chat_model", kw, parent_run_id)
+
+    def on_retriever_start(self, serialized: Any, query: str, *, parent_run_id: UUID | None = None, **kw: Any) -> None:
+        self._add("retriever", kw, parent_run_id)
+
+    def on_llm_new_token(self, token: str, **kw: Any) -> None:
+        self.tokens.append(token)
+
+
+def _runs(runnable: Any, x: Any, **config: Any) -> list[tuple[str, str, bool]]:
+    rec = Starts()
+    runnable.invoke(x, {**config, "callbacks": [rec]})
+    return rec.runs
+
+
+def message_view(m: BaseMessage) -> dict[str, Any]:
+    meta = {k: v for k, v in m.response_metadata.items() if k not in ("id", "created", "token_usage")}
+    return {"class": type(m).__name__, "content": m.content, "meta": meta, "kwargs": m.additional_kwargs,
+            "has_usage": m.usage_metadata is not None}
+
+
+# ---- a model or retriever on its own reports its own run only ------------------------------
+def test_model_alone_reports_one_chat_model_run(llm_url: str) -> None:
+    llm = _chat(llm_url)
+    fast = ayo_langchain.optimize(llm)
+    assert _runs(fast, "hello") == _runs(llm, "hello") == [("chat_model", "", True)]
+    # the caller's run name names that run, as in stock (not a chain run of Ayo's around it)
+    assert _runs(fast, "hello", run_name="greeter") == _runs(llm, "hello", run_name="greeter")
+    assert fast.invoke("hello").content == llm.invoke("hello").content
+
+
+def test_retriever_alone_reports_one_retriever_run(vectorstore: Any) -> None:
+    retriever = vectorstore.as_retriever(search_kwargs={"k": 2})
+    fast = ayo_langchain.optimize(retriever)
+    q = "How do I serialize to JSON?"
+    assert _runs(fast, q) == _runs(retriever, q) == [("retriever", "VectorStoreRetriever", True)]
+    assert [d.page_content for d in fast.invoke(q)] == [d.page_content for d in retriever.invoke(q)]
+    assert "embed" in {n.op.value for n in fast.last_graph}  # still lowered, not called as-is
+
+
+def test_branch_alone_reports_the_branch_run(llm_url: str) -> None:
+    llm = _chat(llm_url)
+    branch = RunnableBranch((lambda x: "json" in x, ChatPromptTemplate.from_template("About {x}") | llm), llm)
+    fast = ayo_langchain.optimize(branch)
+    got, want = _runs(fast, "json"), _runs(branch, "json")
+    assert [r for r in got if r[2]] == [r for r in want if r[2]] == [("chain", "RunnableBranch", True)]
+    # the arm's composite (a RunnableSequence) reports no run under Ayo: a documented difference
+    assert sorted(got) == sorted(r for r in want if r[1] != "RunnableSequence")
+
+
+# ---- stream: nested models stream as in stock --------------------------------------------------
+def test_model_inside_parallel_streams_under_stream(llm_url: str) -> None:
+    chain = RunnableParallel(fact=FACT | _chat(llm_url), topic=itemgetter("topic"))
+    fast = ayo_langchain.optimize(chain)
+    want_rec, got_rec = Starts(), Starts()
+    want = concat(list(chain.stream(TOPIC, {"callbacks": [want_rec]})))
+    got = concat(list(fast.stream(TOPIC, {"callbacks": [got_rec]})))
+    # stock's stream runs the model's transform: an AIMessageChunk with the streamed answer's metadata
+    assert message_view(got["fact"]) == message_view(want["fact"])
+    assert got["topic"] == want["topic"]
+    assert "".join(got_rec.tokens) == "".join(want_rec.tokens) == want["fact"].content
+
+    async def astream(r: Any) -> Any:
+        return concat([c async for c in r.astream(TOPIC)])
+
+    assert message_view(asyncio.run(astream(fast))["fact"]) == message_view(asyncio.run(astream(chain))["fact"])
+    # invoke still gives the invoked AIMessage
+    assert message_view(fast.invoke(TOPIC)["fact"]) == message_view(chain.invoke(TOPIC)["fact"])
+
+
+def test_opaque_step_at_the_end_streams_its_chunks(llm_url: str) -> None:
+    llm = _chat(llm_url)
+    chain = FACT | llm.with_fallbacks([_chat(llm_url, max_tokens=3)]) | StrOutputParser()
+    fast = ayo_langchain.optimize(chain)
+    want, got = list(chain.stream(TOPIC)), list(fast.stream(TOPIC))
+    assert "".join(got) == "".join(want)
+    assert len(got) > 2 and len(want) > 2  # token by token, not one final chunk
