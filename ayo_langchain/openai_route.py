@@ -35,6 +35,7 @@ _CHAT_KEYS = {
 }
 _COMPLETION_KEYS = (_CHAT_KEYS - {"messages", "max_completion_tokens"}) | {"prompt", "best_of", "echo", "suffix"}
 _ids = itertools.count()
+_TIMED_OUT = object()
 
 
 @dataclass
@@ -124,10 +125,7 @@ class _RawView:
         original = self._owner._original.with_raw_response.create
         if routed is None:
             return await original(**payload)
-        try:
-            return _Raw(await routed)
-        except _engine_errors() as exc:
-            return await self._owner._fallback(payload, exc, raw=True)
+        return await self._owner._answer(routed, payload, raw=True)
 
 
 class _Stream:
@@ -169,10 +167,36 @@ class _ShimBase:
         routed = self._routed(payload)
         if routed is None:
             return await self._original.create(**payload)
+        return await self._answer(routed, payload)
+
+    async def _answer(self, routed: Any, payload: dict, raw: bool = False) -> Any:
+        """The engine's answer within the user's timeout; the stock outcome when the engine fails."""
         try:
-            return await routed
+            value = await asyncio.wait_for(routed, self.read_timeout) if self.read_timeout else await routed
         except _engine_errors() as exc:
-            return await self._fallback(payload, exc)
+            return await self._fallback(payload, exc, raw=raw)
+        except TimeoutError:
+            return await self._timed_out(payload, raw=raw)
+        return _Raw(value) if raw else value
+
+    @property
+    def read_timeout(self) -> float | None:
+        """How long the user's client waits for the server's answer (``ChatOpenAI(timeout=...)``:
+        httpx's read timeout); None when unset (the SDK then waits as long as it takes)."""
+        timeout = getattr(getattr(self._original, "_client", None), "timeout", None)
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+            return float(timeout) if timeout > 0 else None
+        read = getattr(timeout, "read", None)
+        return float(read) if isinstance(read, (int, float)) and read > 0 else None
+
+    async def _timed_out(self, payload: dict, raw: bool = False) -> Any:
+        """No answer within the user's timeout: the request goes through the model's own client,
+        which applies that timeout and its retries, as stock's did (the SDK's timeout error, or an
+        answer when a retry is quicker)."""
+        log.warning("LLM engine gave no answer within the model's timeout (%.3g s); sending the request "
+                    "through the model's own client", self.read_timeout)
+        create = self._original.with_raw_response.create if raw else self._original.create
+        return await create(**payload)
 
     @property
     def max_retries(self) -> int:
@@ -231,7 +255,13 @@ class _ShimBase:
         rid, created = f"ayo-{next(_ids)}", int(time.time())
         sent = False
         try:
-            while (delta := await queue.get()) is not None:
+            while (delta := await self._next_delta(queue, sent)) is not None:
+                if delta is _TIMED_OUT:  # nothing within the user's timeout: stock's client takes over
+                    task.cancel()
+                    stream = await self._timed_out(payload)
+                    async for chunk in stream:
+                        yield chunk if isinstance(chunk, dict) else chunk.model_dump()
+                    return
                 if delta:
                     if not sent and self.opening_chunk:
                         yield self._chunk(rid, created, payload, "", None, first=True)
@@ -257,6 +287,16 @@ class _ShimBase:
         finally:
             if not task.done():
                 task.cancel()
+
+    async def _next_delta(self, queue: asyncio.Queue, sent: bool) -> Any:
+        """The next text delta; ``_TIMED_OUT`` when the first one takes longer than the user's timeout
+        (once text has reached the user, a new request would repeat it: the stream then waits)."""
+        if sent or not self.read_timeout:
+            return await queue.get()
+        try:
+            return await asyncio.wait_for(queue.get(), self.read_timeout)
+        except TimeoutError:
+            return _TIMED_OUT
 
     def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
         raise NotImplementedError

@@ -179,6 +179,10 @@ class Plan:
         endpoint = eng.model_endpoint(m.model)
         if endpoint is None:
             return
+        if getattr(m.model, "include_response_headers", False):
+            # the message carries the server's HTTP headers, which only the model's own client sees
+            self.capturer.opaque.append((m.label(), "include_response_headers: the model's own client calls"))
+            return
         if self.llm is None and discover:
             self.llm_endpoint, self.llm = endpoint, eng.llm_engine(*endpoint)
         if self.llm_endpoint is None and self.llm is not None:

@@ -126,3 +126,31 @@ def test_opaque_step_at_the_end_streams_its_chunks(llm_url: str) -> None:
     want, got = list(chain.stream(TOPIC)), list(fast.stream(TOPIC))
     assert "".join(got) == "".join(want)
     assert len(got) > 2 and len(want) > 2  # token by token, not one final chunk
+
+
+# ---- the model's own client settings -------------------------------------------------------------
+def test_model_timeout_is_honoured(llm_url: str) -> None:
+    chain = FACT | _chat(llm_url, timeout=0.001, max_retries=0) | StrOutputParser()
+    fast = ayo_langchain.optimize(chain)
+    calls = (lambda r: r.invoke(TOPIC), lambda r: asyncio.run(r.ainvoke(TOPIC)), lambda r: r.batch([TOPIC])[0])
+    for call in calls:
+        with pytest.raises(Exception) as stock_err:
+            call(chain)
+        with pytest.raises(Exception) as fast_err:  # not an answer the engine had no time limit for
+            call(fast)
+        assert type(fast_err.value) is type(stock_err.value)
+        assert str(fast_err.value) == str(stock_err.value)
+    # a timeout the answer fits in changes nothing
+    roomy = FACT | _chat(llm_url, timeout=120) | StrOutputParser()
+    assert ayo_langchain.optimize(roomy).invoke(TOPIC) == roomy.invoke(TOPIC)
+
+
+def test_response_headers_come_from_the_server(llm_url: str) -> None:
+    chain = FACT | _chat(llm_url, include_response_headers=True)
+    fast = ayo_langchain.optimize(chain)
+    want, got = chain.invoke(TOPIC), fast.invoke(TOPIC)
+    assert got.content == want.content
+    assert sorted(got.response_metadata["headers"]) == sorted(want.response_metadata["headers"]) != []
+    want_s, got_s = concat(list(chain.stream(TOPIC))), concat(list(fast.stream(TOPIC)))
+    assert sorted(got_s.response_metadata["headers"]) == sorted(want_s.response_metadata["headers"]) != []
+    assert "include_response_headers" in fast.explain()
