@@ -317,7 +317,12 @@ class Lowerer:
     def _lower_multiquery(self, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
         from ayo_langchain.retrieval import lower_multi_query
 
-        return lower_multi_query(self, m, src, cfg)
+        # stock's retriever invokes its query chain (prompt, model, parser), even inside a stream
+        was, self.invoked = self.invoked, True
+        try:
+            return lower_multi_query(self, m, src, cfg)
+        finally:
+            self.invoked = was
 
     def _lower_ensemble(self, m: cap.Ensemble, src: str, cfg: RunnableConfig) -> str:
         from ayo_langchain.retrieval import lower_ensemble

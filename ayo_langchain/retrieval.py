@@ -189,12 +189,8 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
         inputs["lines"] = lw.lower(steps[2], gen, step_config(chain_cfg, None, "seq:step:3"))
         inputs["per"] = lw.add("mq_retrieve", Op.SEARCH, retrieve, {"line": gen}, m.retriever, engine="embed",
                                cost=COST["embed"] + COST["search"], meta={"per_part": "line"})
-    else:  # stock's retriever invokes its query chain, even inside a stream
-        was, lw.invoked = lw.invoked, True
-        try:
-            inputs["lines"] = lw.lower(m.llm_chain, q_dict, chain_cfg)
-        finally:
-            lw.invoked = was
+    else:
+        inputs["lines"] = lw.lower(m.llm_chain, q_dict, chain_cfg)
     out = lw.add("mq_union", Op.AGGREGATE, _union(mq, retrieve), inputs, m, cost=COST["search"])
     if pipelined:
         from ayo_langchain.prefill import Progress
