@@ -439,11 +439,18 @@ _SELF_REPORTING = (cap.Model, cap.Prompt, cap.Parser, cap.Pick, cap.VectorRetrie
 
 
 def _last_model(steps: list[cap.Module]) -> int | None:
-    """The step stock's stream gets its chunks from: the last model, or a later step Ayo calls as-is
-    (``llm.with_fallbacks(...)``, a configurable model: their own ``astream`` streams as stock's does)."""
-    for i in range(len(steps) - 1, -1, -1):
-        if isinstance(steps[i], (cap.Model, cap.Opaque)):
-            return i
+    """The step stock's stream gets its chunks from: the last model; without one, the last step Ayo
+    calls as-is (``llm.with_fallbacks(...)``, a configurable model: their own ``astream`` streams as
+    stock's does). Steps after it run their ``transform`` on its chunks (a ``RunnableGenerator`` too)."""
+    from langchain_core.language_models import BaseLanguageModel
+
+    def model(s: cap.Module) -> bool:
+        return isinstance(s, cap.Model) or (isinstance(s, cap.Opaque) and isinstance(s.runnable, BaseLanguageModel))
+
+    for wanted in (model, lambda s: isinstance(s, cap.Opaque)):
+        for i in range(len(steps) - 1, -1, -1):
+            if wanted(steps[i]):
+                return i
     return None
 
 

@@ -128,6 +128,21 @@ def test_opaque_step_at_the_end_streams_its_chunks(llm_url: str) -> None:
     assert len(got) > 2 and len(want) > 2  # token by token, not one final chunk
 
 
+def _upper(chunks: Any) -> Any:
+    for chunk in chunks:
+        yield chunk.upper()
+
+
+def test_generator_after_the_model_transforms_its_stream(llm_url: str) -> None:
+    from langchain_core.runnables import RunnableGenerator
+
+    chain = FACT | _chat(llm_url) | StrOutputParser() | RunnableGenerator(_upper)
+    fast = ayo_langchain.optimize(chain)
+    want, got = list(chain.stream(TOPIC)), list(fast.stream(TOPIC))
+    assert "".join(got) == "".join(want) == fast.invoke(TOPIC)
+    assert len(got) > 2 and len(want) > 2  # the model's tokens, uppercased one by one
+
+
 # ---- the model's own client settings -------------------------------------------------------------
 def test_model_timeout_is_honoured(llm_url: str) -> None:
     chain = FACT | _chat(llm_url, timeout=0.001, max_retries=0) | StrOutputParser()
