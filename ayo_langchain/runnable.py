@@ -274,15 +274,24 @@ class OptimizedRunnable(Runnable):
         return await self._batch(inputs, config, return_exceptions)
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
-        if self.as_is(kwargs):
+        if self.as_is(kwargs) or self.streams_as_is():
             yield from self.wrapped.stream(input, config, **kwargs)
             return
         yield from _loop.iter_sync(self._astream(input, config, sync=True))
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        source = self.wrapped.astream(input, config, **kwargs) if self.as_is(kwargs) else self._astream(input, config)
+        as_is = self.as_is(kwargs) or self.streams_as_is()
+        source = self.wrapped.astream(input, config, **kwargs) if as_is else self._astream(input, config)
         async for chunk in source:
             yield chunk
+
+    def streams_as_is(self) -> bool:
+        """A root other than a sequence or a model whose stream yields a model's tokens (a parallel
+        of chains, an ``.assign``, a branch, a routing lambda) streams as the user's object: its own
+        ``astream`` yields stock's per-key / per-arm chunks as they come. (``invoke``/``batch`` still
+        run on Ayo; a stream has one input and its value is the same either way.)"""
+        root = self.plan.root
+        return not isinstance(root, (cap.Sequence, cap.Model)) and _last_model([root]) is not None
 
     # ---- execution ------------------------------------------------------------------
     def _top_config(self, config: RunnableConfig | None) -> RunnableConfig:
@@ -439,15 +448,23 @@ _SELF_REPORTING = (cap.Model, cap.Prompt, cap.Parser, cap.Pick, cap.VectorRetrie
 
 
 def _last_model(steps: list[cap.Module]) -> int | None:
-    """The step stock's stream gets its chunks from: the last model; without one, the last step Ayo
-    calls as-is (``llm.with_fallbacks(...)``, a configurable model: their own ``astream`` streams as
-    stock's does). Steps after it run their ``transform`` on its chunks (a ``RunnableGenerator`` too)."""
+    """The step stock's stream gets its chunks from, or None when nothing streams token by token.
+
+    The last top-level step that is a model, holds one (a ``RunnableParallel`` / ``.assign`` /
+    nested sequence whose branch streams a model's tokens as ``{key: chunk}``), or may route to
+    one (a lambda or branch streams the runnable it picks); without any, the last step Ayo calls
+    as-is (``llm.with_fallbacks(...)``, a configurable model: their own ``astream`` streams as
+    stock's does). Steps after it run their ``transform`` on its chunks (a ``RunnableGenerator`` too).
+    """
     from langchain_core.language_models import BaseLanguageModel
 
     def model(s: cap.Module) -> bool:
         return isinstance(s, cap.Model) or (isinstance(s, cap.Opaque) and isinstance(s.runnable, BaseLanguageModel))
 
-    for wanted in (model, lambda s: isinstance(s, cap.Opaque)):
+    def streams(s: cap.Module) -> bool:
+        return isinstance(s, (cap.Lambda, cap.Branch)) or any(model(m) for m in _walk(s))
+
+    for wanted in (streams, lambda s: isinstance(s, cap.Opaque)):
         for i in range(len(steps) - 1, -1, -1):
             if wanted(steps[i]):
                 return i

@@ -169,3 +169,54 @@ def test_response_headers_come_from_the_server(llm_url: str) -> None:
     want_s, got_s = concat(list(chain.stream(TOPIC))), concat(list(fast.stream(TOPIC)))
     assert sorted(got_s.response_metadata["headers"]) == sorted(want_s.response_metadata["headers"]) != []
     assert "include_response_headers" in fast.explain()
+
+
+# ---- stream: a top level ending in a composite that holds the model ------------------------------
+def _answer_chunks(chunks: list) -> list:
+    return [c["answer"] for c in chunks if "answer" in c]
+
+
+def test_rag_with_sources_streams_the_answer_tokens(llm_url: str, vectorstore: Any) -> None:
+    """The docs' "RAG with sources" pattern: ``.assign(answer=...)`` after the retrieval parallel."""
+    from langchain_core.runnables import RunnablePassthrough
+
+    prompt = ChatPromptTemplate.from_template("Context: {context}\nQuestion: {question}\nAnswer:")
+    chain = RunnableParallel({"context": vectorstore.as_retriever(search_kwargs={"k": 2}),
+                              "question": RunnablePassthrough()}).assign(
+        answer=prompt | _chat(llm_url) | StrOutputParser())
+    fast = ayo_langchain.optimize(chain)
+    q = "How do I parse JSON?"
+    want, got = list(chain.stream(q)), list(fast.stream(q))
+    assert concat(got) == concat(want) == fast.invoke(q)
+    # the answer arrives token by token, as in stock (it came as one final chunk)
+    assert _answer_chunks(got) == _answer_chunks(want) and len(_answer_chunks(got)) > 2
+
+
+def test_create_retrieval_chain_streams_the_answer_tokens(llm_url: str, vectorstore: Any) -> None:
+    from langchain_classic.chains import create_retrieval_chain
+    from langchain_classic.chains.combine_documents import create_stuff_documents_chain
+
+    prompt = ChatPromptTemplate.from_messages([("system", "Answer from the context: {context}"), ("human", "{input}")])
+    chain = create_retrieval_chain(vectorstore.as_retriever(search_kwargs={"k": 2}),
+                                   create_stuff_documents_chain(_chat(llm_url), prompt))
+    fast = ayo_langchain.optimize(chain)
+    x = {"input": "How do I parse JSON?"}
+
+    async def astream(r: Any) -> list:
+        return [c async for c in r.astream(x)]
+
+    want, got = asyncio.run(astream(chain)), asyncio.run(astream(fast))
+    assert concat(got) == concat(want)
+    assert _answer_chunks(got) == _answer_chunks(want) and len(_answer_chunks(got)) > 2
+
+
+def test_parallel_of_chains_streams_each_keys_tokens(llm_url: str) -> None:
+    other = ChatPromptTemplate.from_template("One short joke about {topic}.")
+    chain = RunnableParallel(fact=FACT | _chat(llm_url) | StrOutputParser(),
+                             joke=other | _chat(llm_url) | StrOutputParser())
+    fast = ayo_langchain.optimize(chain)
+    want, got = list(chain.stream(TOPIC)), list(fast.stream(TOPIC))
+    assert concat(got) == concat(want) == fast.invoke(TOPIC)
+    assert sorted(len([c for c in got if k in c]) for k in ("fact", "joke")) == \
+        sorted(len([c for c in want if k in c]) for k in ("fact", "joke"))
+    assert len(got) > 4
