@@ -37,7 +37,7 @@ from ayo_langchain import _loop
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import child, leaf_config
-from ayo_langchain.lower import SECONDS_PER_TOKEN, Lowerer, QueryRun
+from ayo_langchain.lower import SECONDS_PER_TOKEN, Lowerer, QueryRun, is_language_model
 from ayo_langchain.openai_route import routed_copy
 
 log = logging.getLogger(__name__)
@@ -456,10 +456,8 @@ def _last_model(steps: list[cap.Module]) -> int | None:
     as-is (``llm.with_fallbacks(...)``, a configurable model: their own ``astream`` streams as
     stock's does). Steps after it run their ``transform`` on its chunks (a ``RunnableGenerator`` too).
     """
-    from langchain_core.language_models import BaseLanguageModel
-
     def model(s: cap.Module) -> bool:
-        return isinstance(s, cap.Model) or (isinstance(s, cap.Opaque) and isinstance(s.runnable, BaseLanguageModel))
+        return isinstance(s, cap.Model) or (isinstance(s, cap.Opaque) and is_language_model(s))
 
     def streams(s: cap.Module) -> bool:
         return isinstance(s, (cap.Lambda, cap.Branch)) or any(model(m) for m in _walk(s))
