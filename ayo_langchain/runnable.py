@@ -291,7 +291,7 @@ class OptimizedRunnable(Runnable):
         ``astream`` yields stock's per-key / per-arm chunks as they come. (``invoke``/``batch`` still
         run on Ayo; a stream has one input and its value is the same either way.)"""
         root = self.plan.root
-        return not isinstance(root, (cap.Sequence, cap.Model)) and _last_model([root]) is not None
+        return not isinstance(root, (cap.Sequence, cap.Model)) and _stream_source([root]) is not None
 
     # ---- execution ------------------------------------------------------------------
     def _top_config(self, config: RunnableConfig | None) -> RunnableConfig:
@@ -305,21 +305,26 @@ class OptimizedRunnable(Runnable):
         ``llm.invoke(x)`` reports one chat-model run, so Ayo opens no chain run around it."""
         return isinstance(self.plan.root, _SELF_REPORTING)
 
-    async def _invoke(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> Any:
-        config = self._top_config(config)
+    async def _query_run(self, input: Any, config: RunnableConfig, sync: bool, streaming: bool = False) -> QueryRun:
+        """This call's run state: under a chain run Ayo opens, unless the root reports its own."""
         if self.reports_own_run():
-            return await self._execute(input, QueryRun(cfg=config, run_manager=None, sync=sync))
+            return QueryRun(cfg=config, run_manager=None, sync=sync, streaming=streaming)
         manager = get_async_callback_manager_for_config(config)
         run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
                                                    run_id=config.pop("run_id", None))
+        return QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager,
+                        sync=sync, streaming=streaming)
+
+    async def _invoke(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> Any:
+        run = await self._query_run(input, self._top_config(config), sync)
         try:
-            run = QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager,
-                           sync=sync)
             value = await self._execute(input, run)
         except BaseException as exc:
-            await run_manager.on_chain_error(exc)
+            if run.run_manager is not None:
+                await run.run_manager.on_chain_error(exc)
             raise
-        await run_manager.on_chain_end(value)
+        if run.run_manager is not None:
+            await run.run_manager.on_chain_end(value)
         return value
 
     async def _batch(self, inputs: list[Any], config: Any, return_exceptions: bool, sync: bool = False) -> list[Any]:
@@ -361,32 +366,24 @@ class OptimizedRunnable(Runnable):
         return value
 
     async def _astream(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> AsyncIterator[Any]:
-        config = self._top_config(config)
-        if self.reports_own_run():
-            async for chunk in self._stream_chunks(input, QueryRun(cfg=config, run_manager=None, sync=sync,
-                                                                   streaming=True)):
-                yield chunk
-            return
-        manager = get_async_callback_manager_for_config(config)
-        run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
-                                                   run_id=config.pop("run_id", None))
-        run = QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager,
-                       sync=sync, streaming=True)
+        run = await self._query_run(input, self._top_config(config), sync, streaming=True)
         final: Any = None
         try:
             async for chunk in self._stream_chunks(input, run):
                 final = chunk if final is None else _add(final, chunk)
                 yield chunk
         except BaseException as exc:
-            await run_manager.on_chain_error(exc)
+            if run.run_manager is not None:
+                await run.run_manager.on_chain_error(exc)
             raise
-        await run_manager.on_chain_end(final)
+        if run.run_manager is not None:
+            await run.run_manager.on_chain_end(final)
 
     async def _stream_chunks(self, input: Any, run: QueryRun) -> AsyncIterator[Any]:
         """Stock streaming: the last model of the top sequence streams, later steps transform its chunks."""
         root = self.plan.root
         steps = root.steps if isinstance(root, cap.Sequence) else [root]
-        at = _last_model(steps)
+        at = _stream_source(steps)
         if at is None:  # nothing streams token by token: the value is the one chunk, as stock
             yield await self._execute(input, run)
             return
@@ -447,7 +444,7 @@ _SELF_REPORTING = (cap.Model, cap.Prompt, cap.Parser, cap.Pick, cap.VectorRetrie
                    cap.Branch)
 
 
-def _last_model(steps: list[cap.Module]) -> int | None:
+def _stream_source(steps: list[cap.Module]) -> int | None:
     """The step stock's stream gets its chunks from, or None when nothing streams token by token.
 
     The last top-level step that is a model, holds one (a ``RunnableParallel`` / ``.assign`` /
