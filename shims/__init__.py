@@ -1,8 +1,12 @@
-"""Backend-side changes for Ayo, made through the backends' own extension points.
+"""``ayo_shims``: the interception layer, the one place Ayo touches framework internals.
 
-vLLM 0.32 already offers what Ayo's engine scheduler needs through public
-options: ``--scheduling-policy priority`` with a per-request ``priority``,
-prefix caching with ``cached_tokens`` reported per request, and prefill-only
-requests (``max_tokens=1``). So this package holds no patches today; it is the
-place for vLLM general plugins should a future policy need one. Never a fork.
+Every wrapt hook, every read of a framework's private attribute and every patch of Python
+or SDK internals lives here, declared once in :mod:`ayo_shims.touchpoints` with the
+versions it was checked against (one module per framework). Adapters import internals
+only through this package and call ``touchpoints.verify(...)`` from ``optimize()``.
+
+Dependency direction: ``ayo_shims`` imports the frameworks and SDKs only (never
+``ayo_core`` or an adapter). vLLM needs no backend-side patch today (priority scheduling,
+prefix caching and prefill-only requests are public options); should a future policy need
+one, it goes here as a vLLM plugin, never a fork.
 """
