@@ -22,9 +22,11 @@ from ayo_shims.touchpoints import all_of, declare, has_attr, has_params, verify
 
 LANGCHAIN_CORE = "langchain-core"
 LANGCHAIN_OPENAI = "langchain-openai"
-FRAMEWORKS = (LANGCHAIN_CORE, LANGCHAIN_OPENAI, openai_sdk.FRAMEWORK)
+PYDANTIC = "pydantic"
+FRAMEWORKS = (LANGCHAIN_CORE, LANGCHAIN_OPENAI, openai_sdk.FRAMEWORK, PYDANTIC)
 CORE_CHECKED = "1.x (checked 1.8.3)"
 OPENAI_CHECKED = "1.x (checked 1.7.4)"
+PYDANTIC_CHECKED = "2.x (checked 2.14.4)"
 
 _CHAT = "langchain_openai.chat_models.base"
 _LLM = "langchain_openai.llms.base"
@@ -49,12 +51,12 @@ def _has_fields(module: str, qualname: str, *fields: str) -> Callable[[], None]:
 # ---- langchain-core ---------------------------------------------------------------------
 
 BINDING_MERGE_CONFIGS = declare(
-    "langchain_core.runnables.base.RunnableBinding._merge_configs", framework=LANGCHAIN_CORE,
+    "langchain_core.runnables.base.RunnableBindingBase._merge_configs", framework=LANGCHAIN_CORE,
     checked=CORE_CHECKED,
     why="a with_config() binding around the whole chain configures the query's run as "
         "RunnableBinding.invoke does (its config, then its config_factories)",
     check=all_of(has_attr("langchain_core.runnables.base", "RunnableBinding", "_merge_configs"),
-                 has_params("langchain_core.runnables.base", "RunnableBinding._merge_configs", ["configs"])))
+                 has_params("langchain_core.runnables.base", "RunnableBindingBase._merge_configs", ["configs"])))
 
 
 def binding_config(binding: Any, config: Any) -> Any:
@@ -72,6 +74,51 @@ RETRIEVER_LS_PARAMS = declare(
 def retriever_ls_params(retriever: Any) -> dict[str, Any]:
     """The tracing metadata a retriever adds to its run (``ls_retriever_name``...)."""
     return retriever._get_ls_params()
+
+
+RUNNABLE_CALL_WITH_CONFIG = declare(
+    "langchain_core.runnables.base.Runnable._call_with_config / _acall_with_config", framework=LANGCHAIN_CORE,
+    checked=CORE_CHECKED,
+    why="a lambda's body runs under the chain run RunnableLambda.invoke opens, with its config and "
+        "error reporting, while Ayo keeps a returned runnable to lower it instead of invoking it",
+    check=all_of(has_attr("langchain_core.runnables.base", "Runnable", "_call_with_config", "_acall_with_config"),
+                 has_params("langchain_core.runnables.base", "Runnable._call_with_config",
+                            ["func", "input_", "config"]),
+                 has_params("langchain_core.runnables.base", "Runnable._acall_with_config",
+                            ["func", "input_", "config"])))
+
+
+def call_with_config(runnable: Any, func: Callable[..., Any], value: Any, config: Any) -> Any:
+    """``func(value, run_manager, config)`` under the chain run ``runnable`` opens for itself (sync)."""
+    return runnable._call_with_config(func, value, config)
+
+
+async def acall_with_config(runnable: Any, func: Callable[..., Any], value: Any, config: Any) -> Any:
+    """``await func(value, run_manager, config)`` under the chain run ``runnable`` opens for itself."""
+    return await runnable._acall_with_config(func, value, config)
+
+
+# ---- pydantic (as LangChain's runnables use it) -------------------------------------------
+
+
+def _generic_origin_check() -> None:
+    from langchain_core.runnables import RunnableParallel
+
+    if generic_origin(RunnableParallel[dict]) is not RunnableParallel:
+        raise AttributeError("RunnableParallel[dict].__pydantic_generic_metadata__ names no origin")
+
+
+GENERIC_ORIGIN = declare(
+    "pydantic.BaseModel.__pydantic_generic_metadata__", framework=PYDANTIC, checked=PYDANTIC_CHECKED,
+    why="capture recognizes a parametrized runnable (RunnableParallel[dict]) by its generic class",
+    check=_generic_origin_check)
+
+
+def generic_origin(cls: type) -> type:
+    """The generic class a pydantic parametrization ``cls`` (``RunnableParallel[dict]``) was made from;
+    ``cls`` itself when it is not one."""
+    meta = getattr(cls, "__pydantic_generic_metadata__", None) or {}
+    return meta.get("origin") or cls
 
 
 # ---- langchain-openai -------------------------------------------------------------------
