@@ -76,16 +76,16 @@ def retriever_ls_params(retriever: Any) -> dict[str, Any]:
     return retriever._get_ls_params()
 
 
+_LAMBDA_RUN_WHY = ("a lambda's body runs under the chain run RunnableLambda.invoke opens, with its config "
+                   "and error reporting, while Ayo keeps a returned runnable to lower it instead of invoking it")
 RUNNABLE_CALL_WITH_CONFIG = declare(
-    "langchain_core.runnables.base.Runnable._call_with_config / _acall_with_config", framework=LANGCHAIN_CORE,
-    checked=CORE_CHECKED,
-    why="a lambda's body runs under the chain run RunnableLambda.invoke opens, with its config and "
-        "error reporting, while Ayo keeps a returned runnable to lower it instead of invoking it",
-    check=all_of(has_attr("langchain_core.runnables.base", "Runnable", "_call_with_config", "_acall_with_config"),
-                 has_params("langchain_core.runnables.base", "Runnable._call_with_config",
-                            ["func", "input_", "config"]),
-                 has_params("langchain_core.runnables.base", "Runnable._acall_with_config",
-                            ["func", "input_", "config"])))
+    "langchain_core.runnables.base.Runnable._call_with_config", framework=LANGCHAIN_CORE, checked=CORE_CHECKED,
+    why=_LAMBDA_RUN_WHY,
+    check=has_params("langchain_core.runnables.base", "Runnable._call_with_config", ["func", "input_", "config"]))
+RUNNABLE_ACALL_WITH_CONFIG = declare(
+    "langchain_core.runnables.base.Runnable._acall_with_config", framework=LANGCHAIN_CORE, checked=CORE_CHECKED,
+    why=_LAMBDA_RUN_WHY,
+    check=has_params("langchain_core.runnables.base", "Runnable._acall_with_config", ["func", "input_", "config"]))
 
 
 def call_with_config(runnable: Any, func: Callable[..., Any], value: Any, config: Any) -> Any:
@@ -150,14 +150,15 @@ def chat_request_payload(model: Any, value: Any) -> dict[str, Any]:
     return model._get_request_payload(value)
 
 
-ASYNC_CLIENT = declare(
-    "langchain_openai BaseChatOpenAI.async_client / BaseOpenAI.async_client", framework=LANGCHAIN_OPENAI,
-    checked=OPENAI_CHECKED,
-    why="a copy of the user's model gets Ayo's client shim as async_client: the model sends "
-        "async_client.create(**payload) / with_raw_response.create(**payload) and reads the answer "
-        "(parse(), headers, the stream's context manager) as from the SDK",
-    check=all_of(_has_fields(_CHAT, "BaseChatOpenAI", "async_client"),
-                 _has_fields(_LLM, "BaseOpenAI", "async_client")))
+_ASYNC_CLIENT_WHY = ("a copy of the user's model gets Ayo's client shim as async_client: the model sends "
+                     "async_client.create(**payload) / with_raw_response.create(**payload) and reads the answer "
+                     "(parse(), headers, the stream's context manager) as from the SDK")
+CHAT_ASYNC_CLIENT = declare(
+    f"{_CHAT}.BaseChatOpenAI.async_client", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why=_ASYNC_CLIENT_WHY, check=_has_fields(_CHAT, "BaseChatOpenAI", "async_client"))
+LLM_ASYNC_CLIENT = declare(
+    f"{_LLM}.BaseOpenAI.async_client", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why=_ASYNC_CLIENT_WHY, check=_has_fields(_LLM, "BaseOpenAI", "async_client"))
 
 
 def with_async_client(model: Any, wrap: Callable[[Any], Any]) -> Any:

@@ -26,8 +26,9 @@ def test_every_declared_touchpoint_verifies_on_the_installed_versions() -> None:
     declared = [t for fw in lc.FRAMEWORKS for t in tp.touchpoints(fw)]
     names = {t.name for t in declared}
     for wanted in (lc.BINDING_MERGE_CONFIGS, lc.RETRIEVER_LS_PARAMS, lc.RUNNABLE_CALL_WITH_CONFIG,
-                   lc.CHAT_DEFAULT_PARAMS, lc.LLM_DEFAULT_PARAMS, lc.CHAT_REQUEST_PAYLOAD, lc.ASYNC_CLIENT,
-                   lc.GENERIC_ORIGIN, openai_sdk.RESOURCE_CLIENT, openai_sdk.STATUS_ERROR):
+                   lc.RUNNABLE_ACALL_WITH_CONFIG, lc.CHAT_DEFAULT_PARAMS, lc.LLM_DEFAULT_PARAMS,
+                   lc.CHAT_REQUEST_PAYLOAD, lc.CHAT_ASYNC_CLIENT, lc.LLM_ASYNC_CLIENT, lc.GENERIC_ORIGIN,
+                   openai_sdk.RESOURCE_CLIENT, openai_sdk.STATUS_ERROR):
         assert wanted.name in names
     for t in declared:
         t.verify()  # the check itself, not the once-per-process cache
@@ -136,7 +137,7 @@ def _remove(module: str, qualname: str, attr: str) -> Any:
 @pytest.mark.parametrize(("break_it", "touchpoint"), [
     (_remove("langchain_core.runnables.base", "RunnableBindingBase", "_merge_configs"), lc.BINDING_MERGE_CONFIGS),
     (_remove("langchain_core.retrievers", "BaseRetriever", "_get_ls_params"), lc.RETRIEVER_LS_PARAMS),
-    (_remove("langchain_core.runnables.base", "Runnable", "_acall_with_config"), lc.RUNNABLE_CALL_WITH_CONFIG),
+    (_remove("langchain_core.runnables.base", "Runnable", "_acall_with_config"), lc.RUNNABLE_ACALL_WITH_CONFIG),
     (_remove("langchain_openai.chat_models.base", "BaseChatOpenAI", "_get_request_payload"),
      lc.CHAT_REQUEST_PAYLOAD),
     (_remove("langchain_openai.llms.base", "BaseOpenAI", "_default_params"), lc.LLM_DEFAULT_PARAMS),
@@ -172,4 +173,4 @@ def test_a_changed_model_field_fails_optimize(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(tp, "_verified", set())
     with pytest.raises(tp.ShimError) as err:
         ayo_langchain.optimize(RunnableLambda(lambda x: x))
-    assert lc.ASYNC_CLIENT.name in str(err.value) and "has no field async_client" in str(err.value)
+    assert lc.CHAT_ASYNC_CLIENT.name in str(err.value) and "has no field async_client" in str(err.value)
