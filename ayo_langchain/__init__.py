@@ -25,8 +25,8 @@ def optimize(runnable: Any, *, runtime: Any = None, **options: Any) -> Optimized
     ``options`` are :class:`Options` fields (``policy``, ``prefill_split``,
     ``min_prefill_tokens``, ``exact_embeddings``, ``passes``, ``timeout``);
     ``runtime`` shares an existing :class:`ayo_core.runtime.Runtime` (and its engines).
-    Raises :class:`ayo_shims.touchpoints.ShimError` when an installed langchain-core,
-    langchain-openai or openai release lacks an internal Ayo relies on (checked once per process).
+    Raises :class:`ayo_shims.touchpoints.ShimError` when an installed langchain-core, langchain-openai,
+    openai or pydantic release lacks an internal Ayo relies on (checked once per process).
     """
     shims.verify_all()
     return OptimizedRunnable(runnable, Options(**options), runtime=runtime)
