@@ -26,7 +26,18 @@ from typing import Any
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.schema import QueryBundle
 
-from ayo_core.graph import Graph, Node, Op
+from ayo_core.graph import Graph, Op
+from ayo_core.templates import (
+    FusionHooks,
+    FusionRetrieval,
+    Opaque,
+    Rerank,
+    RerankHooks,
+    Retrieval,
+    RetrievalHooks,
+    Synthesis,
+    SynthesisHooks,
+)
 from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
 from ayo_llamaindex._util import overridden, without_span
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
@@ -51,9 +62,8 @@ def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_aft
                 return await call_stock(without_span(qe._query), without_span(qe._aquery), query)
             return await call_stock(qe.query, qe.aquery, query)
 
-        g.add(Node("query_engine", Op.OPAQUE, fn=run_engine, inputs={"query": query_input}, module="query_engine",
-                   after=extra_after, cost=1.0, meta={"reason": plan.reason}))
-        g.output("query_engine")
+        g.output(Opaque(run_engine, "query_engine", takes_ctx=True, resources=None, cost=1.0, reason=plan.reason)
+                 .build(g, "query_engine", {"query": query_input}, after=extra_after))
         return g
     nodes = lower_retriever(g, plan.retriever, assign, query_input, extra_after)
     board = speculation_board(plan, assign)
@@ -148,9 +158,8 @@ def lower_retriever(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, que
     async def run(ctx: Any, query: QueryBundle) -> Any:
         return await retrieval.opaque_retrieve(plan.obj, query)
 
-    g.add(Node("retrieve", Op.OPAQUE, fn=run, inputs={"query": query}, module="retriever", after=after,
-               cost=0.05, meta={"reason": plan.reason}))
-    return "retrieve"
+    return Opaque(run, "retriever", takes_ctx=True, resources=None, cost=0.05, reason=plan.reason).build(
+        g, "retrieve", {"query": query}, after=after)
 
 
 def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str, after: frozenset[str]) -> str:
@@ -183,11 +192,8 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
             raise
         return event.end(nodes)
 
-    g.add(Node("retrieve.embed", Op.EMBED, fn=embed_query, inputs={"query": query}, engine=kind or "local",
-               module="retriever", batchable=True, cost=0.02))
-    g.add(Node("retrieve.search", Op.SEARCH, fn=search, inputs={"query": query, "embedded": "retrieve.embed"},
-               module="retriever", after=after, cost=0.01))
-    return "retrieve.search"
+    hooks = RetrievalHooks(embed=embed_query, search=search, engine=kind or "local")
+    return Retrieval(module="retriever", hooks=hooks).build(g, "retrieve", {"query": query}, after=after)
 
 
 def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str, after: frozenset[str]) -> str:
@@ -224,16 +230,9 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         lines = text.lstrip("`").split("\n")
         return retrieval.finished_queries(r, text) + [lines[-1]]
 
-    g.add(Node("retrieve.expand", Op.DECODE, fn=expand, inputs={"query": query}, engine=kind or "local",
-               module="retriever", streamable=True, cost=1.0, meta={"parts": streaming_parts}))
-    g.add(Node("retrieve.original", Op.SEARCH, fn=original, inputs={"query": query}, module="retriever",
-               after=after, cost=0.03))
-    g.add(Node("retrieve.generated", Op.SEARCH, fn=generated, inputs={"queries": "retrieve.expand"},
-               module="retriever", after=after, cost=0.03, meta={"per_part": "queries", "pipelined": True}))
-    g.add(Node("retrieve.fuse", Op.AGGREGATE, fn=fuse, module="retriever", cost=0.001,
-               inputs={"query": query, "original": "retrieve.original", "generated": "retrieve.generated",
-                       "queries": "retrieve.expand"}))
-    return "retrieve.fuse"
+    hooks = FusionHooks(expand=expand, parts=streaming_parts, original=original, generated=generated, fuse=fuse,
+                        engine=kind or "local")
+    return FusionRetrieval(hooks, "retriever").build(g, "retrieve", {"query": query}, after=after)
 
 
 # -- postprocessors ----------------------------------------------------------------------------
@@ -246,10 +245,9 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
         async def run(ctx: Any, query: QueryBundle, nodes: list) -> Any:
             return await postprocess.local_postprocess(pp, nodes, query)
 
-        op = Op.OPAQUE if plan.kind == "opaque" else Op.RERANK if "Rerank" in type(pp).__name__ else Op.TRANSFORM
-        g.add(Node(name, op, fn=run, inputs={"query": query, "nodes": nodes}, module=module, cost=0.005,
-                   meta={"reason": plan.reason} if plan.reason else {}))
-        return name
+        template = Opaque if plan.kind == "opaque" else postprocess.LOCAL_TEMPLATES.find(pp)
+        return template(run, module, takes_ctx=True, resources=None, cost=0.005, reason=plan.reason).build(
+            g, name, {"query": query, "nodes": nodes})
     llm, kind = plan.llm, assign.llm_kind(plan.llm)
 
     async def batches(ctx: Any, query: QueryBundle, nodes: list) -> list:  # on the loop: it touches tasks
@@ -285,13 +283,8 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
                 board.pop(ctx.query_id)
             raise
 
-    g.add(Node(f"{name}.batches", Op.TRANSFORM, fn=batches, inputs={"query": query, "nodes": nodes}, module=module,
-               cost=0.001))
-    g.add(Node(f"{name}.choose", Op.DECODE, fn=choose, inputs={"query": query, "batch": f"{name}.batches"},
-               engine=kind or "local", module=module, batchable=True, cost=1.0, meta={"per_part": "batch"}))
-    g.add(Node(f"{name}.merge", Op.AGGREGATE, fn=merge, module=module, cost=0.001,
-               inputs={"batches": f"{name}.batches", "raw": f"{name}.choose"}))
-    return f"{name}.merge"
+    hooks = RerankHooks(batches=batches, choose=choose, merge=merge, engine=kind or "local")
+    return Rerank(pp.top_n, module=module, hooks=hooks).build(g, name, {"query": query, "nodes": nodes})
 
 
 # -- synthesis ---------------------------------------------------------------------------------
@@ -318,9 +311,8 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
         async def run_opaque(ctx: Any, query: QueryBundle, nodes: list) -> Any:
             return await call_stock(synth.synthesize, synth.asynthesize, query=query, nodes=nodes)
 
-        g.add(Node("synthesize", Op.OPAQUE, fn=run_opaque, inputs={"query": query, "nodes": nodes},
-                   module="synthesizer", cost=1.0, meta={"reason": plan.reason}))
-        return "synthesize"
+        return Opaque(run_opaque, "synthesizer", takes_ctx=True, resources=None, cost=1.0, reason=plan.reason).build(
+            g, "synthesize", {"query": query, "nodes": nodes})
     kind, mode = assign.llm_kind(plan.llm), plan.mode
     synthesize_text = synthesis_runner(plan, assign)
 
@@ -350,10 +342,5 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
         text = await synthesize_text(ctx, query.query_str, nodes)
         return synthesis.prepare_response(synth, text, nodes)
 
-    meta: dict[str, Any] = {"mode": mode}
-    spec = prefill.prefix_spec(plan, assign)
-    if spec is not None:
-        meta["prefix"] = spec
-    g.add(Node("synthesize", Op.DECODE, fn=run, inputs={"query": query, "nodes": nodes}, engine=kind or "local",
-               module="synthesizer", cost=1.5, meta=meta))
-    return "synthesize"
+    hooks = SynthesisHooks(run=run, engine=kind or "local", prefix=prefill.prefix_spec(plan, assign))
+    return Synthesis(mode, module="synthesizer", hooks=hooks).build(g, "synthesize", {"query": query, "nodes": nodes})

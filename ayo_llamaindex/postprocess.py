@@ -15,9 +15,23 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llama_index.core.postprocessor import LLMRerank
+from llama_index.core.postprocessor import (
+    AutoPrevNextNodePostprocessor,
+    EmbeddingRecencyPostprocessor,
+    FixedRecencyPostprocessor,
+    KeywordNodePostprocessor,
+    LLMRerank,
+    LongContextReorder,
+    MetadataReplacementPostProcessor,
+    PrevNextNodePostprocessor,
+    SentenceTransformerRerank,
+    SimilarityPostprocessor,
+    TimeWeightedPostprocessor,
+)
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ayo_core.modules import TypeDispatch
+from ayo_core.templates import LocalRerank, Transform
 from ayo_llamaindex._util import overridden
 from ayo_llamaindex.runtime import call_stock
 
@@ -25,10 +39,13 @@ PredictFn = Callable[..., Awaitable[str]]
 
 _RERANK_MIRRORED = ("postprocess_nodes", "_postprocess_nodes", "_get_node_batches", "_get_predict_kwargs",
                     "_parse_raw_response")
-KNOWN_LOCAL = ("SimilarityPostprocessor", "SentenceTransformerRerank", "KeywordNodePostprocessor",
-               "FixedRecencyPostprocessor", "MetadataReplacementPostProcessor", "LongContextReorder",
-               "PrevNextNodePostprocessor", "AutoPrevNextNodePostprocessor", "EmbeddingRecencyPostprocessor",
-               "TimeWeightedPostprocessor")
+# postprocessors whose work is local (run as the user's object in one node), by the template they lower to
+LOCAL_TEMPLATES: TypeDispatch[type[Transform]] = TypeDispatch("local postprocessor")
+LOCAL_TEMPLATES.register(SimilarityPostprocessor, KeywordNodePostprocessor, FixedRecencyPostprocessor,
+                         MetadataReplacementPostProcessor, LongContextReorder, PrevNextNodePostprocessor,
+                         AutoPrevNextNodePostprocessor, EmbeddingRecencyPostprocessor,
+                         TimeWeightedPostprocessor)(Transform)
+LOCAL_TEMPLATES.register(SentenceTransformerRerank)(LocalRerank)
 
 
 def postprocessor_kind(pp: Any) -> tuple[str, str]:
@@ -38,7 +55,7 @@ def postprocessor_kind(pp: Any) -> tuple[str, str]:
         if over:
             return "opaque", f"{type(pp).__name__} overrides {', '.join(over)}"
         return "llm_rerank", ""
-    if type(pp).__name__ in KNOWN_LOCAL:
+    if LOCAL_TEMPLATES.find(pp) is not None:
         return "local", ""
     return "opaque", f"{type(pp).__name__} is a postprocessor Ayo does not lower (called as-is)"
 

@@ -21,6 +21,7 @@ from ayo_core.templates.base import (
     prefill_prefix,
     with_score,
 )
+from ayo_core.templates.bound import RerankHooks, build_rerank
 
 
 class _Decode:
@@ -194,6 +195,8 @@ class Rerank(Template):
 
     Inputs: ``query``, ``hits`` (a list, or a list of lists that is flattened
     and de-duplicated by id). Value: the selected hits.
+    ``hooks`` (:class:`~ayo_core.templates.bound.RerankHooks`): an LLM rerank bound to the
+    adapter's batching, per-batch decode and merge (steps ``batches``, ``choose``, ``merge``).
     """
 
     kind = "rerank"
@@ -202,17 +205,21 @@ class Rerank(Template):
                  render: Callable[..., Rendered] | None = None,
                  parse: Callable[[str, list[Any]], list[tuple[Any, float]]] | None = None,
                  select: Callable[[list[tuple[Any, float]], int], list[Any]] | None = None, engine: str = "rerank",
-                 max_tokens: int = 64, llm_kwargs: Mapping[str, Any] | None = None, n_hits: int | None = None):
+                 max_tokens: int = 64, llm_kwargs: Mapping[str, Any] | None = None, n_hits: int | None = None,
+                 hooks: RerankHooks | None = None):
         super().__init__(module)
+        self.hooks = hooks
         if mode not in ("llm", "engine"):
             raise ValueError(f"Rerank mode {mode!r} is not one of 'llm', 'engine'")
-        if mode == "llm" and (render is None or parse is None):
+        if mode == "llm" and hooks is None and (render is None or parse is None):
             raise ValueError("Rerank(mode='llm') needs render(query=, texts=) and parse(text, batch) hooks")
         self.top_n, self.mode, self.batch_size, self.render, self.parse = top_n, mode, batch_size, render, parse
         self.select, self.engine, self.max_tokens, self.llm_kwargs, self.n_hits = select, engine, max_tokens, \
             llm_kwargs, n_hits
 
     def build(self, g: Graph, name: str, inputs: Mapping[str, str], after: Iterable[str] = ()) -> str:
+        if self.hooks is not None:
+            return build_rerank(self, self.hooks, g, name, inputs, after)
         self._require(inputs, "query", "hits")
         pure = frozenset()
         flat = add_entry(g, Node(f"{name}.flatten", Op.TRANSFORM, fn=_Flatten(), inputs={"hits": inputs["hits"]},
