@@ -131,6 +131,8 @@ class FusionHooks:
     ``original(ctx, query)`` retrieves the user's query (during the decode),
     ``generated(ctx, queries)`` one generated query (once per part, as each is decoded),
     ``fuse(ctx, query, original, generated, queries)`` merges the results.
+    ``keep_parts``: the fusion keeps only the first ``n`` generated queries, so the decode
+    may stop once they are final (``ayo_core.passes.early_stop``); None: it reads them all.
     """
 
     expand: NodeFn
@@ -139,6 +141,7 @@ class FusionHooks:
     generated: NodeFn
     fuse: NodeFn
     engine: str = "local"
+    keep_parts: int | None = None
 
 
 class FusionRetrieval(Template):
@@ -158,8 +161,11 @@ class FusionRetrieval(Template):
     def build(self, g: Graph, name: str, inputs: Mapping[str, str], after: Iterable[str] = ()) -> str:
         self._require(inputs, "query")
         h, q, m = self.hooks, inputs["query"], self.module
+        expand_meta: dict[str, Any] = {"parts": h.parts}
+        if h.keep_parts is not None:
+            expand_meta["keep_parts"] = h.keep_parts
         g.add(Node(f"{name}.expand", Op.DECODE, fn=h.expand, inputs={"query": q}, engine=h.engine, module=m,
-                   streamable=True, cost=1.0, meta={"parts": h.parts}))
+                   streamable=True, cost=1.0, meta=expand_meta))
         add_entry(g, Node(f"{name}.original", Op.SEARCH, fn=h.original, inputs={"query": q}, module=m, cost=0.03),
                   after)
         add_entry(g, Node(f"{name}.generated", Op.SEARCH, fn=h.generated, inputs={"queries": f"{name}.expand"},

@@ -59,7 +59,9 @@ class LLMCall(Template):
     computes as soon as those inputs exist. ``parts=parser``: the output divides
     into parts (``parser(text) -> list``) that stream to per-part consumers.
     ``per_part="kw"``: one call per part of input ``kw``. ``call(ctx, rendered)``
-    replaces the default ``ctx.llm.complete/chat`` call.
+    replaces the default ``ctx.llm.complete/chat`` call. ``keep_parts=n`` (with ``parts``):
+    whatever reads the output keeps only its first ``n`` parts, so the decode may stop once
+    they are final (``ayo_core.passes.early_stop``); ``parse`` must then read only those.
     """
 
     kind = "llm"
@@ -68,15 +70,18 @@ class LLMCall(Template):
                  parse: Callable[[str], Any] | None = None, parts: Callable[[str], list[Any]] | None = None,
                  prefix: tuple[Sequence[str], Callable[..., Rendered | None]] | None = None,
                  per_part: str | None = None, llm_kwargs: Mapping[str, Any] | None = None,
-                 call: Callable[..., Any] | None = None, cost: float = 0.0):
+                 call: Callable[..., Any] | None = None, cost: float = 0.0, keep_parts: int | None = None):
         super().__init__(module)
         self.render, self.max_tokens, self.parse, self.parts = render, max_tokens, parse, parts
+        self.keep_parts = keep_parts
         self.prefix, self.per_part, self.llm_kwargs, self.call, self.cost = prefix, per_part, llm_kwargs, call, cost
 
     def node(self, name: str, inputs: Mapping[str, str]) -> Node:
         meta: dict[str, Any] = {"resources": frozenset()}
         if self.parts is not None:
             meta["parts"] = self.parts
+            if self.keep_parts is not None:
+                meta["keep_parts"] = self.keep_parts
         if self.per_part:
             meta["per_part"] = self.per_part
         if self.prefix is not None:
@@ -90,7 +95,7 @@ class LLMCall(Template):
         return add_entry(g, self.node(name, inputs), after)
 
     def shape(self) -> Hashable:
-        return ("LLMCall", self.per_part, self.parts is not None, self.prefix is not None)
+        return ("LLMCall", self.per_part, self.parts is not None, self.prefix is not None, self.keep_parts)
 
 
 def _wrap(ctx: Any, scored: list[Any]) -> list[list[Any]]:
