@@ -14,6 +14,7 @@ from typing import Any
 
 from llama_index.core.query_engine import RetrieverQueryEngine
 
+from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
 from ayo_llamaindex._util import overridden
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.llm import LLMBinding
@@ -71,6 +72,10 @@ class QueryEnginePlan:
     retriever: RetrieverPlan | None = None
     postprocessors: list[PostprocessorPlan] = field(default_factory=list)
     synthesizer: SynthesizerPlan | None = None
+
+    def modules(self) -> ModuleGraph:
+        """The core module graph of this plan (see :func:`module_graph`)."""
+        return module_graph(self)
 
     def llm_bindings(self) -> list[LLMBinding]:
         out = []
@@ -159,34 +164,33 @@ def capture_query_engine(query_engine: Any) -> QueryEnginePlan:
     )
 
 
+def module_graph(plan: QueryEnginePlan) -> ModuleGraph:
+    """The captured modules as the core's module graph: each bound to its template kind and object."""
+    if plan.kind == "opaque":
+        return ModuleGraph(BoundModule("query_engine", OPAQUE, plan.obj, plan.reason))
+    children = [_retriever_module(plan.retriever)]
+    for i, pp in enumerate(plan.postprocessors):
+        detail = f"llm={_b(pp.llm)} batch={pp.obj.choice_batch_size} top_n={pp.obj.top_n}" if pp.llm else ""
+        children.append(BoundModule(f"postprocessor[{i}]", pp.template, pp.obj, pp.reason, detail=detail))
+    s = plan.synthesizer
+    children.append(BoundModule("synthesizer", s.template, s.obj, s.reason, detail=f"llm={_b(s.llm)}" if s.llm else ""))
+    return ModuleGraph(BoundModule("query_engine", type(plan.obj).__name__, plan.obj, children=children))
+
+
+def _retriever_module(r: RetrieverPlan) -> BoundModule:
+    detail = ""
+    if r.kind == "vector":
+        detail = f"top_k={r.obj.similarity_top_k} store={type(r.obj._vector_store).__name__} embed={_b(r.embed)}"
+    elif r.kind == "fusion":
+        detail = f"num_queries={r.obj.num_queries} mode={_mode(r.obj.mode)} llm={_b(r.llm)}"
+    return BoundModule("retriever", r.template, r.obj, r.reason, [_retriever_module(s) for s in r.subs], detail)
+
+
 def describe(plan: QueryEnginePlan) -> list[str]:
     """The module graph, one module a line (indented children)."""
     if plan.kind == "opaque":
         return [f"query_engine: Opaque({type(plan.obj).__name__}) -- {plan.reason}"]
-    lines = [f"query_engine: {type(plan.obj).__name__}"]
-
-    def retr(r: RetrieverPlan, depth: int) -> None:
-        extra = ""
-        if r.kind == "vector":
-            store = type(r.obj._vector_store).__name__
-            extra = f" top_k={r.obj.similarity_top_k} store={store} embed={_b(r.embed)}"
-        elif r.kind == "fusion":
-            extra = f" num_queries={r.obj.num_queries} mode={_mode(r.obj.mode)} llm={_b(r.llm)}"
-        else:
-            extra = f" -- {r.reason}"
-        lines.append(f"{'  ' * depth}retriever: {r.template}[{type(r.obj).__name__}]{extra}")
-        for s in r.subs:
-            retr(s, depth + 1)
-
-    retr(plan.retriever, 1)
-    for i, pp in enumerate(plan.postprocessors):
-        extra = f" llm={_b(pp.llm)} batch={pp.obj.choice_batch_size} top_n={pp.obj.top_n}" if pp.llm else ""
-        note = f" -- {pp.reason}" if pp.reason else ""
-        lines.append(f"  postprocessor[{i}]: {pp.template}[{type(pp.obj).__name__}]{extra}{note}")
-    s = plan.synthesizer
-    extra = f" llm={_b(s.llm)}" if s.llm else f" -- {s.reason}"
-    lines.append(f"  synthesizer: {s.template}[{type(s.obj).__name__}]{extra}")
-    return lines
+    return [f"query_engine: {type(plan.obj).__name__}", *module_graph(plan).lines()[1:]]
 
 
 def _mode(mode: Any) -> str:

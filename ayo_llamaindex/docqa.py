@@ -34,7 +34,8 @@ from typing import Any
 from llama_index.core.callbacks import EventPayload
 from llama_index.core.schema import QueryBundle
 
-from ayo_core.graph import Graph, Node, Op
+from ayo_core.graph import Graph
+from ayo_core.templates import Indexing, IndexingHooks
 from ayo_llamaindex import events, ingest
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex._util import once
@@ -195,11 +196,8 @@ def _add_ingest_nodes(g: Graph, k: int, p: ingest.PendingIngest, assign: Any) ->
     async def add(ctx: Any, vectors: list[list[float]]) -> int:
         return await p.add(vectors, embed_send(ctx, kind))
 
-    g.add(Node(f"ingest{k}.embed", Op.EMBED, fn=embed_chunks, engine=kind or "local", module="indexing",
-               batchable=True, cost=0.02 * max(1, len(p.nodes))))
-    g.add(Node(f"ingest{k}.add", Op.INGEST, fn=add, inputs={"vectors": f"ingest{k}.embed"}, module="indexing",
-               side_effect=True, cost=0.01, meta={"resources": frozenset({f"vector:{id(p.store)}"})}))
-    return f"ingest{k}.add"
+    hooks = IndexingHooks(embed=embed_chunks, add=add, engine=kind or "local", n_chunks=len(p.nodes))
+    return Indexing(str(id(p.store)), module="indexing", hooks=hooks).build(g, f"ingest{k}", {})
 
 
 async def run_call_query(state: CallState, query_engine: Any, query: Any,

@@ -13,8 +13,14 @@ cost model learns each node's duration)::
     query ── synthesize.prefill (PARTIAL_PREFILL, optional; added by the core's prefill-splitting
              pass from the synthesize node's PrefixSpec): prompt parts known before retrieval
 
-Opaque modules become one OPAQUE node calling the user's object. ``extra_after`` lets a
-caller (doc-QA) make every retrieval wait for an ingestion node.
+The adapter says *what* each module is (a core template from ``ayo_core.templates``, bound
+to node callables that run LlamaIndex's own code); the templates build the nodes. Opaque
+modules become one OPAQUE node calling the user's object. ``extra_after`` lets a caller
+(doc-QA) make every retrieval wait for an ingestion node. Two optimizations are the core's:
+the query-gen decode declares ``keep_parts`` (the retriever keeps ``num_queries - 1``
+lines) and the ``early_stop`` pass ends it there; a lowered synthesis after ``LLMRerank``
+speculates on the rerank's partial selection (``ayo_core.templates.speculation`` with the
+hooks in :mod:`ayo_llamaindex.speculation`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,19 @@ from typing import Any
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.schema import QueryBundle
 
-from ayo_core.graph import Graph, Node, Op
+from ayo_core.graph import Graph
+from ayo_core.templates import (
+    FusionHooks,
+    FusionRetrieval,
+    Opaque,
+    Rerank,
+    RerankHooks,
+    Retrieval,
+    RetrievalHooks,
+    Synthesis,
+    SynthesisHooks,
+)
+from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
 from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
 from ayo_llamaindex._util import overridden, without_span
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
@@ -51,55 +69,19 @@ def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_aft
                 return await call_stock(without_span(qe._query), without_span(qe._aquery), query)
             return await call_stock(qe.query, qe.aquery, query)
 
-        g.add(Node("query_engine", Op.OPAQUE, fn=run_engine, inputs={"query": query_input}, module="query_engine",
-                   after=extra_after, cost=1.0, meta={"reason": plan.reason}))
-        g.output("query_engine")
+        g.output(Opaque(run_engine, "query_engine", takes_ctx=True, resources=None, cost=1.0, reason=plan.reason)
+                 .build(g, "query_engine", {"query": query_input}, after=extra_after))
         return g
     nodes = lower_retriever(g, plan.retriever, assign, query_input, extra_after)
     board = speculation_board(plan, assign)
-    if board is not None:
-        g.meta["speculation"] = board
     for i, pp in enumerate(plan.postprocessors):
         last = i == len(plan.postprocessors) - 1
         nodes = lower_postprocessor(g, pp, assign, f"post{i}", query_input, nodes, board if last else None)
+    if board is not None:
+        attach_speculation(g, board, producer=nodes)
     out = lower_synthesizer(g, plan.synthesizer, assign, query_input, nodes, board)
     g.output(out)
     return g
-
-
-class SpeculationBoard:
-    """Per-query ``RerankSpeculation`` objects shared by a rerank's nodes and the synthesize node."""
-
-    def __init__(self, plan: SynthesizerPlan, assign: EngineAssignment) -> None:
-        self.by_query: dict[str, speculation.RerankSpeculation] = {}
-        self.synthesize_text = synthesis_runner(plan, assign)
-        self.hits = self.misses = 0
-
-    async def start(self, ctx: Any, query_str: str, selection: list) -> Any:
-        """The speculative synthesis, recorded in the query's trace as its own span."""
-        from ayo_core.trace import NodeSpan
-
-        loop = asyncio.get_running_loop()
-        span = NodeSpan(ctx.query_id, "synthesize.speculative", "synthesizer", Op.DECODE.value,
-                        ctx.node.engine, loop.time())
-        if ctx.trace is not None:
-            ctx.trace.nodes.append(span)
-        try:
-            # its events are recorded, and emitted only if the answer is used (a miss never happened)
-            with events.recording() as records:
-                text = await self.synthesize_text(ctx, query_str, selection)
-            return text, records
-        except BaseException:
-            span.status = "cancelled"
-            raise
-        finally:
-            span.end = loop.time()
-
-    def pop(self, query_id: str, cancel: bool = True) -> speculation.RerankSpeculation | None:
-        spec = self.by_query.pop(query_id, None)
-        if spec is not None and cancel:
-            spec.cancel()
-        return spec
 
 
 def speculation_board(plan: QueryEnginePlan, assign: EngineAssignment) -> SpeculationBoard | None:
@@ -109,7 +91,8 @@ def speculation_board(plan: QueryEnginePlan, assign: EngineAssignment) -> Specul
     last = plan.postprocessors[-1]
     if last.kind != "llm_rerank" or assign.llm_kind(last.llm) is None:
         return None
-    return SpeculationBoard(plan.synthesizer, assign)
+    hooks = speculation.rerank_hooks(synthesis_runner(plan.synthesizer, assign))
+    return SpeculationBoard(hooks, consumer="synthesize", module="synthesizer")
 
 
 # -- retrieval ---------------------------------------------------------------------------------
@@ -148,9 +131,8 @@ def lower_retriever(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, que
     async def run(ctx: Any, query: QueryBundle) -> Any:
         return await retrieval.opaque_retrieve(plan.obj, query)
 
-    g.add(Node("retrieve", Op.OPAQUE, fn=run, inputs={"query": query}, module="retriever", after=after,
-               cost=0.05, meta={"reason": plan.reason}))
-    return "retrieve"
+    return Opaque(run, "retriever", takes_ctx=True, resources=None, cost=0.05, reason=plan.reason).build(
+        g, "retrieve", {"query": query}, after=after)
 
 
 def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str, after: frozenset[str]) -> str:
@@ -183,11 +165,8 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
             raise
         return event.end(nodes)
 
-    g.add(Node("retrieve.embed", Op.EMBED, fn=embed_query, inputs={"query": query}, engine=kind or "local",
-               module="retriever", batchable=True, cost=0.02))
-    g.add(Node("retrieve.search", Op.SEARCH, fn=search, inputs={"query": query, "embedded": "retrieve.embed"},
-               module="retriever", after=after, cost=0.01))
-    return "retrieve.search"
+    hooks = RetrievalHooks(embed=embed_query, search=search, engine=kind or "local")
+    return Retrieval(module="retriever", hooks=hooks).build(g, "retrieve", {"query": query}, after=after)
 
 
 def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str, after: frozenset[str]) -> str:
@@ -197,10 +176,12 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
     async def expand(ctx: Any, query: QueryBundle) -> list[str]:
         if r.num_queries <= 1:
             return []
-        lines = retrieval.QueryLines(r, forward=ctx.stream_cb)  # stops the decode once the kept lines are done
+        # ctx.stream_cb streams the lines to the retrievals and, once the kept lines are final, stops
+        # the decode (the early_stop pass); stock's parse of a stopped text equals its parse of the whole
         text = await llm.complete(llm_send(ctx, kind), retrieval.query_gen_prompt(r, query.query_str),
-                                  stream_cb=lines.on_delta)
-        return lines.queries(text)
+                                  stream_cb=ctx.stream_cb)
+        retrieval.report_queries(r, text)
+        return retrieval.parse_queries(r, text)
 
     async def original(ctx: Any, query: QueryBundle) -> list[list[Any]]:
         return await _retrieve_with_subs(plan, assign, ctx, query)
@@ -224,16 +205,11 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         lines = text.lstrip("`").split("\n")
         return retrieval.finished_queries(r, text) + [lines[-1]]
 
-    g.add(Node("retrieve.expand", Op.DECODE, fn=expand, inputs={"query": query}, engine=kind or "local",
-               module="retriever", streamable=True, cost=1.0, meta={"parts": streaming_parts}))
-    g.add(Node("retrieve.original", Op.SEARCH, fn=original, inputs={"query": query}, module="retriever",
-               after=after, cost=0.03))
-    g.add(Node("retrieve.generated", Op.SEARCH, fn=generated, inputs={"queries": "retrieve.expand"},
-               module="retriever", after=after, cost=0.03, meta={"per_part": "queries", "pipelined": True}))
-    g.add(Node("retrieve.fuse", Op.AGGREGATE, fn=fuse, module="retriever", cost=0.001,
-               inputs={"query": query, "original": "retrieve.original", "generated": "retrieve.generated",
-                       "queries": "retrieve.expand"}))
-    return "retrieve.fuse"
+    # a verbose retriever prints every line the LLM wrote, so its decode runs to the end as in stock
+    keep = None if r._verbose or r.num_queries <= 1 else r.num_queries - 1
+    hooks = FusionHooks(expand=expand, parts=streaming_parts, original=original, generated=generated, fuse=fuse,
+                        engine=kind or "local", keep_parts=keep)
+    return FusionRetrieval(hooks, "retriever").build(g, "retrieve", {"query": query}, after=after)
 
 
 # -- postprocessors ----------------------------------------------------------------------------
@@ -246,26 +222,20 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
         async def run(ctx: Any, query: QueryBundle, nodes: list) -> Any:
             return await postprocess.local_postprocess(pp, nodes, query)
 
-        op = Op.OPAQUE if plan.kind == "opaque" else Op.RERANK if "Rerank" in type(pp).__name__ else Op.TRANSFORM
-        g.add(Node(name, op, fn=run, inputs={"query": query, "nodes": nodes}, module=module, cost=0.005,
-                   meta={"reason": plan.reason} if plan.reason else {}))
-        return name
+        template = Opaque if plan.kind == "opaque" else postprocess.LOCAL_TEMPLATES.find(pp)
+        return template(run, module, takes_ctx=True, resources=None, cost=0.005, reason=plan.reason).build(
+            g, name, {"query": query, "nodes": nodes})
     llm, kind = plan.llm, assign.llm_kind(plan.llm)
 
     async def batches(ctx: Any, query: QueryBundle, nodes: list) -> list:  # on the loop: it touches tasks
         out = pp._get_node_batches(nodes)
         if board is not None and out:
-            board.pop(ctx.query_id)
-            board.by_query[ctx.query_id] = speculation.RerankSpeculation(
-                pp, out, lambda c, selection: board.start(c, query.query_str, selection))
+            board.open(ctx.query_id, out, (pp, out, query.query_str))
         return out
 
     async def choose(ctx: Any, query: QueryBundle, batch: list) -> str:
-        spec = board.by_query.get(ctx.query_id) if board is not None else None
-        stream_cb = None
-        if spec is not None:
-            spec.ctx, index = ctx, spec.index_of(batch)
-            stream_cb = lambda delta: spec.on_delta(index, delta)  # noqa: E731
+        spec = board.get(ctx.query_id) if board is not None else None
+        stream_cb = spec.stream_cb(ctx, batch) if spec is not None else None
         try:
             return await llm.predict(llm_send(ctx, kind), pp.choice_select_prompt, stream_cb=stream_cb,
                                      **pp._get_predict_kwargs(batch, query.query_str))
@@ -285,13 +255,8 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
                 board.pop(ctx.query_id)
             raise
 
-    g.add(Node(f"{name}.batches", Op.TRANSFORM, fn=batches, inputs={"query": query, "nodes": nodes}, module=module,
-               cost=0.001))
-    g.add(Node(f"{name}.choose", Op.DECODE, fn=choose, inputs={"query": query, "batch": f"{name}.batches"},
-               engine=kind or "local", module=module, batchable=True, cost=1.0, meta={"per_part": "batch"}))
-    g.add(Node(f"{name}.merge", Op.AGGREGATE, fn=merge, module=module, cost=0.001,
-               inputs={"batches": f"{name}.batches", "raw": f"{name}.choose"}))
-    return f"{name}.merge"
+    hooks = RerankHooks(batches=batches, choose=choose, merge=merge, engine=kind or "local")
+    return Rerank(pp.top_n, module=module, hooks=hooks).build(g, name, {"query": query, "nodes": nodes})
 
 
 # -- synthesis ---------------------------------------------------------------------------------
@@ -318,9 +283,8 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
         async def run_opaque(ctx: Any, query: QueryBundle, nodes: list) -> Any:
             return await call_stock(synth.synthesize, synth.asynthesize, query=query, nodes=nodes)
 
-        g.add(Node("synthesize", Op.OPAQUE, fn=run_opaque, inputs={"query": query, "nodes": nodes},
-                   module="synthesizer", cost=1.0, meta={"reason": plan.reason}))
-        return "synthesize"
+        return Opaque(run_opaque, "synthesizer", takes_ctx=True, resources=None, cost=1.0, reason=plan.reason).build(
+            g, "synthesize", {"query": query, "nodes": nodes})
     kind, mode = assign.llm_kind(plan.llm), plan.mode
     synthesize_text = synthesis_runner(plan, assign)
 
@@ -339,21 +303,10 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
             raise
 
     async def synthesize_or_take(ctx: Any, query: QueryBundle, nodes: list, spec: Any) -> Any:
-        if spec is not None:
-            used, answer = await spec.take(nodes)
-            if used:
-                board.hits += 1
-                text, records = answer
-                await events.replay(records)  # the used speculation's LLM events, as if run now
-                return synthesis.prepare_response(synth, text, nodes)
-            board.misses += spec.starts > 0
-        text = await synthesize_text(ctx, query.query_str, nodes)
+        used, text = await board.take(spec, nodes) if board is not None else (False, None)
+        if not used:
+            text = await synthesize_text(ctx, query.query_str, nodes)
         return synthesis.prepare_response(synth, text, nodes)
 
-    meta: dict[str, Any] = {"mode": mode}
-    spec = prefill.prefix_spec(plan, assign)
-    if spec is not None:
-        meta["prefix"] = spec
-    g.add(Node("synthesize", Op.DECODE, fn=run, inputs={"query": query, "nodes": nodes}, engine=kind or "local",
-               module="synthesizer", cost=1.5, meta=meta))
-    return "synthesize"
+    hooks = SynthesisHooks(run=run, engine=kind or "local", prefix=prefill.prefix_spec(plan, assign))
+    return Synthesis(mode, module="synthesizer", hooks=hooks).build(g, "synthesize", {"query": query, "nodes": nodes})

@@ -1,7 +1,8 @@
 """Node postprocessors: ``LLMRerank`` lowered to concurrent LLM calls, the rest called as-is.
 
 ``LLMRerank`` splits the nodes into ``choice_batch_size`` batches and asks the LLM about
-each batch independently; stock ``query()`` asks one batch after another. Here every
+each batch independently; stock ``query()`` asks one batch after another. Lowered
+(``lowering.lower_postprocessor``, the core's ``Rerank`` template bound to its steps), every
 batch's request is issued at once (the engine batches them), built by the reranker's
 own ``_get_node_batches`` / ``_get_predict_kwargs`` / ``choice_select_prompt`` and parsed
 by its own ``_parse_raw_response`` (``parse_choice_select_answer_fn``). Other
@@ -11,24 +12,37 @@ ones) run the user's object: their work is local, and nothing about them is re-t
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llama_index.core.postprocessor import LLMRerank
+from llama_index.core.postprocessor import (
+    AutoPrevNextNodePostprocessor,
+    EmbeddingRecencyPostprocessor,
+    FixedRecencyPostprocessor,
+    KeywordNodePostprocessor,
+    LLMRerank,
+    LongContextReorder,
+    MetadataReplacementPostProcessor,
+    PrevNextNodePostprocessor,
+    SentenceTransformerRerank,
+    SimilarityPostprocessor,
+    TimeWeightedPostprocessor,
+)
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ayo_core.modules import TypeDispatch
+from ayo_core.templates import LocalRerank, Transform
 from ayo_llamaindex._util import overridden
 from ayo_llamaindex.runtime import call_stock
 
-PredictFn = Callable[..., Awaitable[str]]
-
 _RERANK_MIRRORED = ("postprocess_nodes", "_postprocess_nodes", "_get_node_batches", "_get_predict_kwargs",
                     "_parse_raw_response")
-KNOWN_LOCAL = ("SimilarityPostprocessor", "SentenceTransformerRerank", "KeywordNodePostprocessor",
-               "FixedRecencyPostprocessor", "MetadataReplacementPostProcessor", "LongContextReorder",
-               "PrevNextNodePostprocessor", "AutoPrevNextNodePostprocessor", "EmbeddingRecencyPostprocessor",
-               "TimeWeightedPostprocessor")
+# postprocessors whose work is local (run as the user's object in one node), by the template they lower to
+LOCAL_TEMPLATES: TypeDispatch[type[Transform]] = TypeDispatch("local postprocessor")
+LOCAL_TEMPLATES.register(SimilarityPostprocessor, KeywordNodePostprocessor, FixedRecencyPostprocessor,
+                         MetadataReplacementPostProcessor, LongContextReorder, PrevNextNodePostprocessor,
+                         AutoPrevNextNodePostprocessor, EmbeddingRecencyPostprocessor,
+                         TimeWeightedPostprocessor)(Transform)
+LOCAL_TEMPLATES.register(SentenceTransformerRerank)(LocalRerank)
 
 
 def postprocessor_kind(pp: Any) -> tuple[str, str]:
@@ -38,27 +52,9 @@ def postprocessor_kind(pp: Any) -> tuple[str, str]:
         if over:
             return "opaque", f"{type(pp).__name__} overrides {', '.join(over)}"
         return "llm_rerank", ""
-    if type(pp).__name__ in KNOWN_LOCAL:
+    if LOCAL_TEMPLATES.find(pp) is not None:
         return "local", ""
     return "opaque", f"{type(pp).__name__} is a postprocessor Ayo does not lower (called as-is)"
-
-
-async def llm_rerank(
-    pp: LLMRerank, nodes: list[NodeWithScore], query_bundle: QueryBundle | None, predict: PredictFn
-) -> list[NodeWithScore]:
-    """``LLMRerank.postprocess_nodes`` with all choice batches in flight at once."""
-    if query_bundle is None:
-        raise ValueError("Query bundle must be provided.")
-    if len(nodes) == 0:
-        return []
-    batches = pp._get_node_batches(nodes)
-    raw_responses = await asyncio.gather(
-        *(predict(pp.choice_select_prompt, **pp._get_predict_kwargs(batch, query_bundle.query_str)) for batch in batches)
-    )
-    initial_results: list[NodeWithScore] = []
-    for raw_response, batch in zip(raw_responses, batches, strict=True):
-        initial_results.extend(pp._parse_raw_response(raw_response, batch))
-    return sorted(initial_results, key=lambda x: x.score or 0.0, reverse=True)[: pp.top_n]
 
 
 async def local_postprocess(pp: Any, nodes: list[NodeWithScore], query_bundle: QueryBundle) -> list[NodeWithScore]:

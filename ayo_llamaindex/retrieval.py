@@ -7,8 +7,9 @@ is bypassed). ``QueryFusionRetriever`` becomes a streamed *decode* of its query-
 prompt whose lines flow to retrieval as soon as each is complete (decode pipelining),
 then the retriever's own fusion method. The decode stops once the ``num_queries - 1``
 lines the retriever keeps are complete: stock decodes on to ``max_tokens`` (a small
-model rambles) and then discards the rest. Anything else is retrieved by the user's
-object (opaque), in a worker thread.
+model rambles) and then discards the rest (in the graph: the core's ``early_stop`` pass;
+inside a nested fusion retriever: :class:`QueryLines`). Anything else is retrieved by
+the user's object (opaque), in a worker thread.
 """
 
 from __future__ import annotations

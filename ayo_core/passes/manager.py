@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from ayo_core.graph import Graph
 from ayo_core.passes.base import PassResult
+from ayo_core.passes.early_stop import early_stop
 from ayo_core.passes.pipeline import decode_pipelining
 from ayo_core.passes.prefill import prefill_splitting
 from ayo_core.passes.prune import dependency_pruning
@@ -18,7 +19,8 @@ log = logging.getLogger(__name__)
 
 Pass = Callable[[Graph], PassResult | tuple[Graph, bool]]
 
-DEFAULT_PASSES: tuple[Pass, ...] = (dependency_pruning, stage_decomposition, prefill_splitting, decode_pipelining)
+DEFAULT_PASSES: tuple[Pass, ...] = (dependency_pruning, stage_decomposition, prefill_splitting, decode_pipelining,
+                                    early_stop)
 PASSES: dict[str, Pass] = {p.__name__: p for p in DEFAULT_PASSES}
 
 

@@ -124,7 +124,9 @@ class NodeContext:
     part of a streamable node's output; ``ctx.stream_cb`` (``None`` unless some
     consumer takes parts early) is a ``stream_cb`` for ``llm.complete``/``chat``
     that parses the text so far with ``node.meta["parts"]`` and emits finished
-    parts (all but the last, which may still grow).
+    parts (all but the last, which may still grow); on a node marked ``early_stop``
+    (``ayo_core.passes.early_stop``) it ends the decode once ``meta["keep_parts"]``
+    parts are final.
     """
 
     def __init__(self, *, query_id: str, node: Node, dispatchers: Mapping[str, Dispatcher], trace: Trace | None,
@@ -175,3 +177,8 @@ class NodeContext:
         parts = parser(self._text)
         for part in parts[len(self.emitted):-1]:  # the last part may still grow
             self.emit(part)
+        keep = self.node.meta.get("keep_parts")
+        if self.node.meta.get("early_stop") and keep is not None and len(parts) - 1 >= keep:
+            from ayo_core.engines.llm_client import StopStream  # the engines' signal (httpx only when used)
+
+            raise StopStream  # the consumer keeps only these parts: the rest is never decoded

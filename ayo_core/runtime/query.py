@@ -169,7 +169,7 @@ class QueryRun:
         ctx = NodeContext(query_id=self.graph.query_id, node=node, dispatchers=self.rt.schedulers, trace=self.trace,
                           span=span, depth=self.depths.get(node.name, 0), slack=self.slacks.get(node.name, 0.0),
                           query_start=self.trace.start, emit=channel.append if channel is not None else None,
-                          streaming=channel is not None)
+                          streaming=channel is not None or bool(node.meta.get("early_stop")))
         try:
             value = await invoke(node, ctx, kwargs, self.rt.inline_sync)
         except asyncio.CancelledError:

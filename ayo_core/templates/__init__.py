@@ -6,13 +6,23 @@ build+optimize by shape.
 """
 
 from ayo_core.templates.base import Template, call_llm, hit_text, with_score
+from ayo_core.templates.bound import (
+    FusionHooks,
+    FusionRetrieval,
+    IndexingHooks,
+    RerankHooks,
+    RetrievalHooks,
+    SynthesisHooks,
+)
 from ayo_core.templates.cache import ShapeCache, shape_key
 from ayo_core.templates.llm import LLMCall, QueryExpansion, Rerank
-from ayo_core.templates.local import Opaque, ToolCall, Transform
+from ayo_core.templates.local import LocalRerank, Opaque, ToolCall, Transform
 from ayo_core.templates.retrieval import Indexing, Retrieval, to_records
 from ayo_core.templates.synthesis import Synthesis, greedy_pack
 
 __all__ = [
+    "FusionHooks", "FusionRetrieval", "IndexingHooks", "LocalRerank", "RerankHooks", "RetrievalHooks",
+    "SynthesisHooks",
     "Indexing", "LLMCall", "Opaque", "QueryExpansion", "Rerank", "Retrieval", "ShapeCache", "Synthesis",
     "Template", "ToolCall", "Transform", "call_llm", "greedy_pack", "hit_text", "shape_key", "to_records",
     "with_score",

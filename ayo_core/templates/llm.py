@@ -21,6 +21,7 @@ from ayo_core.templates.base import (
     prefill_prefix,
     with_score,
 )
+from ayo_core.templates.bound import RerankHooks, build_rerank
 
 
 class _Decode:
@@ -58,7 +59,9 @@ class LLMCall(Template):
     computes as soon as those inputs exist. ``parts=parser``: the output divides
     into parts (``parser(text) -> list``) that stream to per-part consumers.
     ``per_part="kw"``: one call per part of input ``kw``. ``call(ctx, rendered)``
-    replaces the default ``ctx.llm.complete/chat`` call.
+    replaces the default ``ctx.llm.complete/chat`` call. ``keep_parts=n`` (with ``parts``):
+    whatever reads the output keeps only its first ``n`` parts, so the decode may stop once
+    they are final (``ayo_core.passes.early_stop``); ``parse`` must then read only those.
     """
 
     kind = "llm"
@@ -67,15 +70,18 @@ class LLMCall(Template):
                  parse: Callable[[str], Any] | None = None, parts: Callable[[str], list[Any]] | None = None,
                  prefix: tuple[Sequence[str], Callable[..., Rendered | None]] | None = None,
                  per_part: str | None = None, llm_kwargs: Mapping[str, Any] | None = None,
-                 call: Callable[..., Any] | None = None, cost: float = 0.0):
+                 call: Callable[..., Any] | None = None, cost: float = 0.0, keep_parts: int | None = None):
         super().__init__(module)
         self.render, self.max_tokens, self.parse, self.parts = render, max_tokens, parse, parts
+        self.keep_parts = keep_parts
         self.prefix, self.per_part, self.llm_kwargs, self.call, self.cost = prefix, per_part, llm_kwargs, call, cost
 
     def node(self, name: str, inputs: Mapping[str, str]) -> Node:
         meta: dict[str, Any] = {"resources": frozenset()}
         if self.parts is not None:
             meta["parts"] = self.parts
+            if self.keep_parts is not None:
+                meta["keep_parts"] = self.keep_parts
         if self.per_part:
             meta["per_part"] = self.per_part
         if self.prefix is not None:
@@ -89,7 +95,7 @@ class LLMCall(Template):
         return add_entry(g, self.node(name, inputs), after)
 
     def shape(self) -> Hashable:
-        return ("LLMCall", self.per_part, self.parts is not None, self.prefix is not None)
+        return ("LLMCall", self.per_part, self.parts is not None, self.prefix is not None, self.keep_parts)
 
 
 def _wrap(ctx: Any, scored: list[Any]) -> list[list[Any]]:
@@ -194,6 +200,8 @@ class Rerank(Template):
 
     Inputs: ``query``, ``hits`` (a list, or a list of lists that is flattened
     and de-duplicated by id). Value: the selected hits.
+    ``hooks`` (:class:`~ayo_core.templates.bound.RerankHooks`): an LLM rerank bound to the
+    adapter's batching, per-batch decode and merge (steps ``batches``, ``choose``, ``merge``).
     """
 
     kind = "rerank"
@@ -202,17 +210,21 @@ class Rerank(Template):
                  render: Callable[..., Rendered] | None = None,
                  parse: Callable[[str, list[Any]], list[tuple[Any, float]]] | None = None,
                  select: Callable[[list[tuple[Any, float]], int], list[Any]] | None = None, engine: str = "rerank",
-                 max_tokens: int = 64, llm_kwargs: Mapping[str, Any] | None = None, n_hits: int | None = None):
+                 max_tokens: int = 64, llm_kwargs: Mapping[str, Any] | None = None, n_hits: int | None = None,
+                 hooks: RerankHooks | None = None):
         super().__init__(module)
+        self.hooks = hooks
         if mode not in ("llm", "engine"):
             raise ValueError(f"Rerank mode {mode!r} is not one of 'llm', 'engine'")
-        if mode == "llm" and (render is None or parse is None):
+        if mode == "llm" and hooks is None and (render is None or parse is None):
             raise ValueError("Rerank(mode='llm') needs render(query=, texts=) and parse(text, batch) hooks")
         self.top_n, self.mode, self.batch_size, self.render, self.parse = top_n, mode, batch_size, render, parse
         self.select, self.engine, self.max_tokens, self.llm_kwargs, self.n_hits = select, engine, max_tokens, \
             llm_kwargs, n_hits
 
     def build(self, g: Graph, name: str, inputs: Mapping[str, str], after: Iterable[str] = ()) -> str:
+        if self.hooks is not None:
+            return build_rerank(self, self.hooks, g, name, inputs, after)
         self._require(inputs, "query", "hits")
         pure = frozenset()
         flat = add_entry(g, Node(f"{name}.flatten", Op.TRANSFORM, fn=_Flatten(), inputs={"hits": inputs["hits"]},

@@ -13,7 +13,9 @@ class Transform(Template):
     """Local Python: ``fn(**inputs) -> value`` (``takes_ctx=True``: ``fn(ctx, **inputs)``).
 
     Inputs: any names. ``per_part="kw"`` maps ``fn`` over the list (or parts) at
-    input ``kw``. Pure by default (no side effect, touches no resource).
+    input ``kw``. Pure by default (no side effect, touches no resource; ``resources=None``:
+    unknown). ``reason`` (kept in the node's meta for ``explain()``): why the module is
+    called as it is rather than lowered further.
     """
 
     kind = "transform"
@@ -21,9 +23,9 @@ class Transform(Template):
 
     def __init__(self, fn: Callable[..., Any], module: str | None = None, *, takes_ctx: bool = False,
                  per_part: str | None = None, side_effect: bool = False, resources: Iterable[str] | None = (),
-                 cost: float = 0.0):
+                 cost: float = 0.0, reason: str = ""):
         super().__init__(module)
-        self.fn, self.takes_ctx, self.per_part = fn, takes_ctx, per_part
+        self.fn, self.takes_ctx, self.per_part, self.reason = fn, takes_ctx, per_part, reason
         self.side_effect, self.cost = side_effect, cost
         self.resources = None if resources is None else frozenset(resources)
 
@@ -33,11 +35,21 @@ class Transform(Template):
             meta["resources"] = self.resources
         if self.per_part:
             meta["per_part"] = self.per_part
+        if self.reason:
+            meta["reason"] = self.reason
         return add_entry(g, Node(name, self.op, fn=plain_fn(self.fn, self.takes_ctx), inputs=dict(inputs),
                                  module=self.module, side_effect=self.side_effect, cost=self.cost, meta=meta), after)
 
     def shape(self) -> Hashable:
         return (type(self).__name__, self.per_part)
+
+
+class LocalRerank(Transform):
+    """A reranker that runs in-process as the user's object (``fn(**inputs) -> kept hits``, e.g. a
+    cross-encoder postprocessor): one RERANK node, not split."""
+
+    kind = "rerank"
+    op = Op.RERANK
 
 
 class ToolCall(Transform):

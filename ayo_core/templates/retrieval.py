@@ -8,6 +8,7 @@ from typing import Any
 
 from ayo_core.graph import Graph, Node, Op, Splitter
 from ayo_core.templates.base import Template, add_entry, hit_text
+from ayo_core.templates.bound import IndexingHooks, RetrievalHooks, build_indexing, build_retrieval
 
 
 def to_records(chunks: list[Any]) -> list[dict[str, Any]]:
@@ -55,15 +56,20 @@ class Indexing(Template):
 
     Inputs: ``chunks`` (list of str or dicts). Value: the list of ingested ids.
     ``n_chunks`` (if known at build time) sizes the micro-batches.
+    ``hooks`` (:class:`~ayo_core.templates.bound.IndexingHooks`): the adapter's embed and store
+    write as two steps ``{name}.embed`` -> ``{name}.add`` instead.
     """
 
     kind = "indexing"
 
-    def __init__(self, collection: str, n_chunks: int | None = None, module: str | None = None):
+    def __init__(self, collection: str, n_chunks: int | None = None, module: str | None = None, *,
+                 hooks: IndexingHooks | None = None):
         super().__init__(module)
-        self.collection, self.n_chunks = collection, n_chunks
+        self.collection, self.n_chunks, self.hooks = collection, n_chunks, hooks
 
     def build(self, g: Graph, name: str, inputs: Mapping[str, str], after: Iterable[str] = ()) -> str:
+        if self.hooks is not None:
+            return build_indexing(self, self.hooks, g, name, inputs, after)
         self._require(inputs, "chunks")
         axis = f"{name}:chunks"
         size = {"size": self.n_chunks} if self.n_chunks is not None else {}
@@ -103,15 +109,19 @@ class Retrieval(Template):
     ``per_part=True``: ``query`` is a list (or a streaming producer's parts, e.g.
     QueryExpansion) and the value is one hit list per query; with decode
     pipelining each query is embedded and searched as soon as it is decoded.
+    ``hooks`` (:class:`~ayo_core.templates.bound.RetrievalHooks`): the adapter's embed and search.
     """
 
     kind = "retrieval"
 
-    def __init__(self, collection: str, k: int = 4, per_part: bool = False, module: str | None = None):
+    def __init__(self, collection: str = "", k: int = 4, per_part: bool = False, module: str | None = None, *,
+                 hooks: RetrievalHooks | None = None):
         super().__init__(module)
-        self.collection, self.k, self.per_part = collection, k, per_part
+        self.collection, self.k, self.per_part, self.hooks = collection, k, per_part, hooks
 
     def build(self, g: Graph, name: str, inputs: Mapping[str, str], after: Iterable[str] = ()) -> str:
+        if self.hooks is not None:
+            return build_retrieval(self, self.hooks, g, name, inputs, after)
         self._require(inputs, "query")
         embed_meta: dict[str, Any] = {"resources": frozenset()}
         search_meta: dict[str, Any] = {"resources": frozenset({f"vector:{self.collection}"})}

@@ -26,8 +26,10 @@ from typing import Any
 from ayo_core.graph import Graph, Node, Op, PrefixSpec
 from ayo_core.runtime.context import Expand
 from ayo_core.templates.base import Rendered, Template, add_entry, call_llm, hit_text, maybe_await, prefill_prefix
+from ayo_core.templates.bound import SynthesisHooks, build_synthesis
 
 MODES = ("simple", "compact", "refine", "tree_summarize")
+ALIASES = {"tree": "tree_summarize", "simple_summarize": "simple"}  # LlamaIndex's response_mode names
 MAX_TREE_LEVELS = 12
 
 
@@ -158,24 +160,30 @@ class _Summary:
 
 
 class Synthesis(Template):
-    """Response synthesis. Inputs: ``question``, ``chunks`` (hits or texts). Value: the answer text."""
+    """Response synthesis. Inputs: ``question``, ``chunks`` (hits or texts). Value: the answer text.
+
+    ``hooks`` (:class:`~ayo_core.templates.bound.SynthesisHooks`): the adapter runs the whole
+    synthesis (its framework's own control flow) in one decode step; no ``render_*`` needed.
+    """
 
     kind = "synthesis"
 
-    def __init__(self, mode: str, render_qa: Callable[..., Rendered], module: str | None = None, *,
+    def __init__(self, mode: str, render_qa: Callable[..., Rendered] | None = None, module: str | None = None, *,
                  render_refine: Callable[..., Rendered] | None = None,
                  render_summary: Callable[..., Rendered] | None = None,
                  pack: Callable[[str, list[str]], list[str]] | None = None, n_steps: int | None = None,
                  prefix_qa: Callable[..., Rendered | None] | None = None,
                  prefix_refine: Callable[..., Rendered | None] | None = None, max_tokens: int = 256,
                  parse: Callable[[str], str] | None = None, llm_kwargs: Mapping[str, Any] | None = None,
-                 call: Callable[..., Any] | None = None):
+                 call: Callable[..., Any] | None = None, hooks: SynthesisHooks | None = None):
         super().__init__(module)
-        if mode == "tree":
-            mode = "tree_summarize"
+        self.mode_label, self.hooks = mode, hooks  # the mode as the adapter named it (graph meta)
+        mode = ALIASES.get(mode, mode)
         if mode not in MODES:
             raise ValueError(f"Synthesis mode {mode!r} is not one of {MODES}")
-        if mode in ("compact", "refine") and render_refine is None:
+        if hooks is None and render_qa is None:
+            raise ValueError(f"Synthesis(mode={mode!r}) needs render_qa(question=, context=) or hooks=SynthesisHooks")
+        if hooks is None and mode in ("compact", "refine") and render_refine is None:
             raise ValueError(f"Synthesis(mode={mode!r}) needs render_refine(question=, answer=, context=)")
         self.mode, self.render_qa, self.render_refine, self.render_summary = mode, render_qa, render_refine, \
             render_summary
@@ -188,6 +196,8 @@ class Synthesis(Template):
         return ("Synthesis", self.mode, self.n_steps if self.mode in ("compact", "refine") else None)
 
     def build(self, g: Graph, name: str, inputs: Mapping[str, str], after: Iterable[str] = ()) -> str:
+        if self.hooks is not None:
+            return build_synthesis(self, self.hooks, g, name, inputs, after)
         self._require(inputs, "question", "chunks")
         hooks = _Hooks(self)
         if self.mode == "tree_summarize":
