@@ -7,13 +7,14 @@ build+optimize by shape.
 
 from ayo_core.templates.base import Template, call_llm, hit_text, with_score
 from ayo_core.templates.cache import ShapeCache, shape_key
+from ayo_core.templates.flow import Aggregate, Route, Warmup
 from ayo_core.templates.llm import LLMCall, QueryExpansion, Rerank
 from ayo_core.templates.local import Opaque, ToolCall, Transform
 from ayo_core.templates.retrieval import Indexing, Retrieval, to_records
 from ayo_core.templates.synthesis import Synthesis, greedy_pack
 
 __all__ = [
-    "Indexing", "LLMCall", "Opaque", "QueryExpansion", "Rerank", "Retrieval", "ShapeCache", "Synthesis",
-    "Template", "ToolCall", "Transform", "call_llm", "greedy_pack", "hit_text", "shape_key", "to_records",
-    "with_score",
+    "Aggregate", "Indexing", "LLMCall", "Opaque", "QueryExpansion", "Rerank", "Retrieval", "Route", "ShapeCache",
+    "Synthesis", "Template", "ToolCall", "Transform", "Warmup", "call_llm", "greedy_pack", "hit_text", "shape_key",
+    "to_records", "with_score",
 ]
