@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.output_parsers import BaseOutputParser
 from langchain_core.prompts import BasePromptTemplate
@@ -34,6 +35,8 @@ from langchain_core.runnables import (
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
 
+from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
+
 log = logging.getLogger(__name__)
 
 
@@ -42,6 +45,8 @@ log = logging.getLogger(__name__)
 class Module:
     """One captured module; ``runnable`` is the user's object (what a fallback calls)."""
 
+    # the core template kind it lowers to (ayo_core.templates; "Sequence"/"Parallel": the composition itself)
+    template: ClassVar[str] = "Opaque"
     runnable: Any
     wrappers: tuple[Any, ...] = ()  # enclosing RunnableBindings (innermost last) whose config applies
 
@@ -61,6 +66,7 @@ class Module:
 
 @dataclass
 class Sequence(Module):
+    template: ClassVar[str] = "Sequence"
     steps: list[Module] = field(default_factory=list)
 
     def children(self) -> list[Module]:
@@ -69,6 +75,7 @@ class Sequence(Module):
 
 @dataclass
 class Parallel(Module):
+    template: ClassVar[str] = "Parallel"
     branches: dict[str, Module] = field(default_factory=dict)
 
     def children(self) -> list[Module]:
@@ -79,11 +86,14 @@ class Parallel(Module):
 class Identity(Module):
     """``RunnablePassthrough()``: the input flows on unchanged (no node)."""
 
+    template: ClassVar[str] = "Transform"
+
 
 @dataclass
 class Assign(Module):
     """``RunnablePassthrough.assign(...)``: the input dict plus the mapper's outputs."""
 
+    template: ClassVar[str] = "Transform"
     mapper: Parallel | None = None
 
     def children(self) -> list[Module]:
@@ -94,11 +104,14 @@ class Assign(Module):
 class Pick(Module):
     """``.pick(keys)``."""
 
+    template: ClassVar[str] = "Transform"
+
 
 @dataclass
 class Lambda(Module):
     """A ``RunnableLambda`` (an opaque transform; may return a runnable to route to)."""
 
+    template: ClassVar[str] = "Transform"
     inline: bool = False  # operator.itemgetter & co: pure and cheap, no thread hop
 
 
@@ -106,16 +119,21 @@ class Lambda(Module):
 class Branch(Module):
     """A ``RunnableBranch``: conditions are evaluated in order at run time."""
 
+    template: ClassVar[str] = "Route"
+
 
 @dataclass
 class Prompt(Module):
     """A prompt template (formatted with its own code)."""
+
+    template: ClassVar[str] = "Transform"
 
 
 @dataclass
 class Model(Module):
     """``ChatOpenAI`` / ``OpenAI`` at an OpenAI-compatible server: lowered to a DECODE on the LLM engine."""
 
+    template: ClassVar[str] = "LLMCall"
     model: Any = None  # the leaf model object (runnable may be a binding around it)
     chat: bool = True
 
@@ -124,6 +142,7 @@ class Model(Module):
 class Parser(Module):
     """An output parser (the user's object parses)."""
 
+    template: ClassVar[str] = "Transform"
     line_list: bool = False  # parse(text) is "non-empty lines of text.strip()"
 
 
@@ -131,6 +150,7 @@ class Parser(Module):
 class VectorRetriever(Module):
     """``VectorStoreRetriever`` over ``langchain_chroma.Chroma`` with ``HuggingFaceEmbeddings``."""
 
+    template: ClassVar[str] = "Retrieval"
     vectorstore: Any = None
     embeddings: Any = None
 
@@ -139,6 +159,7 @@ class VectorRetriever(Module):
 class MultiQuery(Module):
     """``MultiQueryRetriever``: generate queries, retrieve each, unique union."""
 
+    template: ClassVar[str] = "QueryExpansion"
     retriever: Module | None = None
     llm_chain: Module | None = None
 
@@ -150,6 +171,7 @@ class MultiQuery(Module):
 class Ensemble(Module):
     """``EnsembleRetriever``: all retrievers on the same query, weighted reciprocal rank fusion."""
 
+    template: ClassVar[str] = "Aggregate"
     retrievers: list[Module] = field(default_factory=list)
 
     def children(self) -> list[Module]:
@@ -160,6 +182,7 @@ class Ensemble(Module):
 class Opaque(Module):
     """Anything else: one node that calls the user's runnable as-is."""
 
+    template: ClassVar[str] = "Opaque"
     reason: str = ""
 
 
@@ -348,3 +371,17 @@ def format_tree(module: Module, indent: int = 0) -> str:
     for child in module.children():
         lines.append(format_tree(child, indent + 1))
     return "\n".join(lines)
+
+
+def module_graph(root: Module, opaque_reason: Callable[[Module], str] | None = None) -> ModuleGraph:
+    """The core :class:`~ayo_core.modules.ModuleGraph` of a captured tree: each module bound to the
+    user's runnable with its template kind; ``opaque_reason(m)`` says why a recognized module still
+    runs as-is (a model at an endpoint Ayo's engine does not serve), '' when it is lowered."""
+
+    def bind(m: Module, name: str) -> BoundModule:
+        reason = m.reason if isinstance(m, Opaque) else (opaque_reason(m) if opaque_reason else "")
+        items = m.branches.items() if isinstance(m, Parallel) else enumerate(m.children())
+        return BoundModule(name, OPAQUE if reason else m.template, m.runnable, reason,
+                           [bind(c, f"{name}.{key}") for key, c in items], detail=m.label())
+
+    return ModuleGraph(bind(root, "root"))

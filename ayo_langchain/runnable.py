@@ -96,6 +96,15 @@ class Plan:
         else:
             self.llm, self.embed = runtime.engines.llm, runtime.engines.embed
             self._register(self.root, discover=False)
+        self.modules = cap.module_graph(self.root, self.opaque_reason)
+
+    def opaque_reason(self, m: cap.Module) -> str:
+        """Why a recognized module still runs as the user's object ('' when it is lowered)."""
+        if isinstance(m, cap.Model) and id(m) not in self.routed:
+            return "a model at an endpoint Ayo's LLM engine does not serve: called as-is"
+        if isinstance(m, cap.VectorRetriever) and not self.serves_embeddings(m.embeddings):
+            return "embeddings Ayo's embedding engine does not serve: the retriever is called as-is"
+        return ""
 
     def runtime(self) -> Runtime:
         """The runtime for the running event loop (its schedulers hold loop-bound state)."""
