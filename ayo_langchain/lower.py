@@ -115,10 +115,6 @@ class Lowerer:
         self._n += 1
         return f"{self.prefix}{self._n}.{label}"
 
-    @property
-    def nodes(self) -> list[Any]:
-        return list(self.graph.nodes.values())
-
     def build(self, template: Template, inputs: dict[str, str], label: str = "", name: str = "") -> str:
         """Add ``template``'s nodes under the next structural name (``"3.prompt"``, or ``name``);
         returns the node holding its value, with its estimated ready time."""
@@ -127,6 +123,10 @@ class Lowerer:
         start = max((self.ready.get(src, 0.0) for src in inputs.values()), default=0.0)
         self.ready[out] = start + sum(n.cost for n in list(self.graph.nodes.values())[before:])
         return out
+
+    def record(self, optimization: str, node: str, detail: str) -> None:
+        """Note an optimization the lowering set up (``explain()`` lists ``graph.meta["optimizations"]``)."""
+        self.graph.meta.setdefault("optimizations", []).append({"name": optimization, "node": node, "detail": detail})
 
     # ---- dispatch -------------------------------------------------------------------------
     def lower(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
@@ -205,15 +205,6 @@ class Lowerer:
 
         return self.build(kind(call, m.label(), takes_ctx=True, cost=cost), {"value": src}, label)
 
-    def _lower_prompt(self, m: cap.Prompt, src: str, cfg: RunnableConfig) -> str:
-        return self._call_node("prompt", m, src, cfg, COST["prompt"])
-
-    def _lower_parser(self, m: cap.Parser, src: str, cfg: RunnableConfig) -> str:
-        return self._call_node("parser", m, src, cfg, COST["parser"])
-
-    def _lower_pick(self, m: cap.Pick, src: str, cfg: RunnableConfig) -> str:
-        return self._call_node("pick", m, src, cfg, COST["parser"])
-
     def _lower_opaque(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
         return self._call_node("opaque", m, src, cfg, COST["opaque"], model=is_language_model(m),
                                kind=Opaque)
@@ -260,7 +251,7 @@ class Lowerer:
                 return value
 
             out = sub.build(Transform(same, module.label(), takes_ctx=True), {"value": src}, "identity")
-        return Expand(nodes=sub.nodes, output=out)
+        return Expand(nodes=list(sub.graph.nodes.values()), output=out)
 
     def _lower_branch(self, m: cap.Branch, src: str, cfg: RunnableConfig) -> str:
         br = m.runnable
@@ -319,38 +310,34 @@ class Lowerer:
                        call=decode, cost=self.plan.decode_cost(m))
         return self.build(call, inputs, "llm")
 
-    # ---- retrievers (see retrieval.py) ----------------------------------------------------
-    def _lower_vectorretriever(self, m: cap.VectorRetriever, src: str, cfg: RunnableConfig) -> str:
-        from ayo_langchain.retrieval import lower_vector
-
-        return lower_vector(self, m, src, cfg)
-
-    def _lower_multiquery(self, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
-        from ayo_langchain.retrieval import lower_multi_query
-
-        # stock's retriever invokes its query chain (prompt, model, parser), even inside a stream
-        was, self.invoked = self.invoked, True
-        try:
-            return lower_multi_query(self, m, src, cfg)
-        finally:
-            self.invoked = was
-
-    def _lower_ensemble(self, m: cap.Ensemble, src: str, cfg: RunnableConfig) -> str:
-        from ayo_langchain.retrieval import lower_ensemble
-
-        return lower_ensemble(self, m, src, cfg)
-
 
 # captured module class -> its lowering (by type through the MRO: a module class without one fails loudly)
 LOWERINGS: TypeDispatch[Callable[..., str]] = TypeDispatch("LangChain lowering")
+
+
+def _calls(label: str, cost: float) -> Callable[..., str]:
+    """The lowering of a leaf whose node calls the user's object (a prompt, a parser, a pick)."""
+    return lambda lw, m, src, cfg: lw._call_node(label, m, src, cfg, cost)
+
+
+def _retriever(name: str) -> Callable[..., str]:
+    """A retriever's lowering, from :mod:`ayo_langchain.retrieval` (imported when first met)."""
+
+    def lower(lw: Lowerer, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
+        from ayo_langchain import retrieval
+
+        return getattr(retrieval, name)(lw, m, src, cfg)
+
+    return lower
+
+
 for _cls, _lower in ((cap.Sequence, Lowerer._lower_sequence), (cap.Parallel, Lowerer._lower_parallel),
                      (cap.Identity, Lowerer._lower_identity), (cap.Assign, Lowerer._lower_assign),
-                     (cap.Pick, Lowerer._lower_pick), (cap.Lambda, Lowerer._lower_lambda),
-                     (cap.Branch, Lowerer._lower_branch), (cap.Prompt, Lowerer._lower_prompt),
-                     (cap.Model, Lowerer._lower_model), (cap.Parser, Lowerer._lower_parser),
-                     (cap.VectorRetriever, Lowerer._lower_vectorretriever),
-                     (cap.MultiQuery, Lowerer._lower_multiquery), (cap.Ensemble, Lowerer._lower_ensemble),
-                     (cap.Opaque, Lowerer._lower_opaque)):
+                     (cap.Lambda, Lowerer._lower_lambda), (cap.Branch, Lowerer._lower_branch),
+                     (cap.Model, Lowerer._lower_model), (cap.Opaque, Lowerer._lower_opaque),
+                     (cap.Prompt, _calls("prompt", COST["prompt"])), (cap.Parser, _calls("parser", COST["parser"])),
+                     (cap.Pick, _calls("pick", COST["parser"])), (cap.VectorRetriever, _retriever("lower_vector")),
+                     (cap.MultiQuery, _retriever("lower_multi_query")), (cap.Ensemble, _retriever("lower_ensemble"))):
     LOWERINGS.add(_cls, _lower)
 
 

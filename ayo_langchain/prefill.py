@@ -91,8 +91,9 @@ def early_inputs(lowerer: Any, prompt_step: cap.Module, model_step: cap.Model,
     if (lowerer.plan.options.progressive_prefill and len(late_keys) == 1
             and sources[late_keys[0]] in lowerer.progress):
         progress = lowerer.progress[sources[late_keys[0]]]
-        lowerer.build(Warmup(warm.progressive(progress), model_step.label(), takes_ctx=True, per_part="part"),
-                      {"part": progress.per_node, **inputs}, "progressive_prefill")
+        node = lowerer.build(Warmup(warm.progressive(progress), model_step.label(), takes_ctx=True,
+                                    per_part="part"), {"part": progress.per_node, **inputs}, "progressive_prefill")
+        lowerer.record("progressive_prefill", node, "the prompt is prefilled as each generated query's documents come")
     return Early(inputs=inputs, spec=PrefixSpec(early_inputs=tuple(kwargs), build=warm.static))
 
 

@@ -35,20 +35,14 @@ _MMR_KEYS = ("k", "fetch_k", "lambda_mult", "filter", "where_document")
 
 
 # ---- vector retrieval ------------------------------------------------------------------
-def embed_options(emb: Any) -> tuple[bool, Any]:
-    """(normalize, batch_size) the stock ``embed_query`` encodes with."""
-    kwargs = emb.query_encode_kwargs or emb.encode_kwargs
-    return bool(kwargs.get("normalize_embeddings", False)), None
-
-
 async def embed_query(ctx: Any, plan: Any, emb: Any, query: str) -> list[float]:
-    """``HuggingFaceEmbeddings.embed_query`` on the embedding engine."""
-    normalize, batch_size = embed_options(emb)
-    text = query.replace("\n", " ")
-    kw: dict[str, Any] = {"normalize": normalize}
-    if plan.exact_embeddings:
-        kw["batch_size"] = (emb.query_encode_kwargs or emb.encode_kwargs).get("batch_size", 32)
-    vectors = await ctx.embed.aembed([text], **kw)
+    """``HuggingFaceEmbeddings.embed_query`` on the embedding engine (its options: newline replacement,
+    ``normalize_embeddings``; its ``batch_size`` with ``exact_embeddings``)."""
+    encode = emb.query_encode_kwargs or emb.encode_kwargs
+    kw: dict[str, Any] = {"normalize": bool(encode.get("normalize_embeddings", False))}
+    if plan.options.exact_embeddings:
+        kw["batch_size"] = encode.get("batch_size", 32)
+    vectors = await ctx.embed.aembed([query.replace("\n", " ")], **kw)
     return vectors[0]
 
 
@@ -88,13 +82,7 @@ def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableCon
         if isinstance(vector, _Done):
             return vector.docs
         run_manager, vector = vector
-        try:
-            docs = await asyncio.to_thread(search_by_vector, retriever, vector)
-        except BaseException as exc:
-            await run_manager.on_retriever_error(exc)
-            raise
-        await run_manager.on_retriever_end(docs)
-        return docs
+        return await _reported(run_manager, asyncio.to_thread(search_by_vector, retriever, vector))
 
     names = (lw.name("embed"), lw.name("search"))
     template = Retrieval(m.label(), m.label(), embed=embed, search=search, names=names,
@@ -113,17 +101,24 @@ def retrieve_fn(lw: Lowerer, m: cap.Module, cfg: RunnableConfig) -> Retrieve:
         return call
 
     async def vector(ctx: Any, query: str) -> list[Document]:
-        run_manager = await start_retriever_run(retriever, query, run_cfg)
-        try:
+        async def embed_and_search() -> list[Document]:
             vec = await embed_query(ctx, plan, m.embeddings, query)
-            docs = await asyncio.to_thread(search_by_vector, retriever, vec)
-        except BaseException as exc:
-            await run_manager.on_retriever_error(exc)
-            raise
-        await run_manager.on_retriever_end(docs)
-        return docs
+            return await asyncio.to_thread(search_by_vector, retriever, vec)
+
+        return await _reported(await start_retriever_run(retriever, query, run_cfg), embed_and_search())
 
     return vector
+
+
+async def _reported(run_manager: Any, docs: Awaitable[list[Document]]) -> list[Document]:
+    """Await the documents of a retriever run Ayo opened and end the run with them (or their error)."""
+    try:
+        found = await docs
+    except BaseException as exc:
+        await run_manager.on_retriever_error(exc)
+        raise
+    await run_manager.on_retriever_end(found)
+    return found
 
 
 # ---- MultiQueryRetriever ---------------------------------------------------------------
@@ -152,6 +147,15 @@ def line_parts(parser: Any) -> Callable[[Any], list[str]]:
 
 
 def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
+    # stock's retriever invokes its query chain (prompt, model, parser), even inside a stream
+    was, lw.invoked = lw.invoked, True
+    try:
+        return _lower_multi_query(lw, m, src, cfg)
+    finally:
+        lw.invoked = was
+
+
+def _lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
     mq = m.runnable
     run_cfg = leaf_config(cfg, m.wrappers, mq)
     steps = m.llm_chain.steps if isinstance(m.llm_chain, cap.Sequence) else []

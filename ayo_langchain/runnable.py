@@ -32,6 +32,7 @@ from langchain_core.runnables.config import (
 )
 
 from ayo_core.graph import Graph
+from ayo_core.passes import optimize_graph
 from ayo_core.runtime import CostModel, Engines, EngineScheduler, NodeFailed, Runtime, SchedulerConfig
 from ayo_langchain import _loop
 from ayo_langchain import capture as cap
@@ -133,10 +134,6 @@ class Plan:
     @property
     def min_prefill_tokens(self) -> int:
         return self.options.min_prefill_tokens
-
-    @property
-    def exact_embeddings(self) -> bool:
-        return self.options.exact_embeddings
 
     def decode_cost(self, m: cap.Model) -> float:
         tokens = getattr(m.model, "max_tokens", None) or 256
@@ -352,15 +349,11 @@ class OptimizedRunnable(Runnable):
     def build_graph(self, run: QueryRun) -> Graph:
         """The query's primitive graph (lowered and, unless disabled, optimized by the core passes)."""
         t0 = time.perf_counter()
-        lw = Lowerer(self.plan, run)
         g = Graph()
         g.input("input")
-        out = lw.lower(self.plan.root, "input", run.cfg)
-        for node in lw.nodes:
-            g.add(node)
-        g.output(out)
+        g.output(Lowerer(self.plan, run, graph=g).lower(self.plan.root, "input", run.cfg))
         g.meta["overhead"] = {"build": time.perf_counter() - t0}
-        return _optimize(g) if self.options.passes else g
+        return optimize_graph(g) if self.options.passes else g
 
     async def _execute(self, input: Any, run: QueryRun) -> Any:
         g = self.build_graph(run)
@@ -487,11 +480,3 @@ def _original(failed: NodeFailed) -> BaseException:
     while isinstance(exc, NodeFailed):
         exc = exc.cause
     return exc
-
-
-def _optimize(g: Graph) -> Graph:
-    try:
-        from ayo_core.passes import optimize_graph
-    except ImportError:  # the core's pass pipeline is not there: run the graph as built
-        return g
-    return optimize_graph(g)
