@@ -18,7 +18,7 @@ import logging
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from langchain_core.output_parsers import BaseOutputParser
 from langchain_core.prompts import BasePromptTemplate
@@ -45,8 +45,6 @@ log = logging.getLogger(__name__)
 class Module:
     """One captured module; ``runnable`` is the user's object (what a fallback calls)."""
 
-    # the core template kind it lowers to (ayo_core.templates; "Sequence"/"Parallel": the composition itself)
-    template: ClassVar[str] = "Opaque"
     runnable: Any
     wrappers: tuple[Any, ...] = ()  # enclosing RunnableBindings (innermost last) whose config applies
 
@@ -66,7 +64,6 @@ class Module:
 
 @dataclass
 class Sequence(Module):
-    template: ClassVar[str] = "Sequence"
     steps: list[Module] = field(default_factory=list)
 
     def children(self) -> list[Module]:
@@ -75,7 +72,6 @@ class Sequence(Module):
 
 @dataclass
 class Parallel(Module):
-    template: ClassVar[str] = "Parallel"
     branches: dict[str, Module] = field(default_factory=dict)
 
     def children(self) -> list[Module]:
@@ -86,14 +82,11 @@ class Parallel(Module):
 class Identity(Module):
     """``RunnablePassthrough()``: the input flows on unchanged (no node)."""
 
-    template: ClassVar[str] = "Transform"
-
 
 @dataclass
 class Assign(Module):
     """``RunnablePassthrough.assign(...)``: the input dict plus the mapper's outputs."""
 
-    template: ClassVar[str] = "Transform"
     mapper: Parallel | None = None
 
     def children(self) -> list[Module]:
@@ -104,14 +97,11 @@ class Assign(Module):
 class Pick(Module):
     """``.pick(keys)``."""
 
-    template: ClassVar[str] = "Transform"
-
 
 @dataclass
 class Lambda(Module):
     """A ``RunnableLambda`` (an opaque transform; may return a runnable to route to)."""
 
-    template: ClassVar[str] = "Transform"
     inline: bool = False  # operator.itemgetter & co: pure and cheap, no thread hop
 
 
@@ -119,21 +109,16 @@ class Lambda(Module):
 class Branch(Module):
     """A ``RunnableBranch``: conditions are evaluated in order at run time."""
 
-    template: ClassVar[str] = "Route"
-
 
 @dataclass
 class Prompt(Module):
     """A prompt template (formatted with its own code)."""
-
-    template: ClassVar[str] = "Transform"
 
 
 @dataclass
 class Model(Module):
     """``ChatOpenAI`` / ``OpenAI`` at an OpenAI-compatible server: lowered to a DECODE on the LLM engine."""
 
-    template: ClassVar[str] = "LLMCall"
     model: Any = None  # the leaf model object (runnable may be a binding around it)
     chat: bool = True
 
@@ -142,7 +127,6 @@ class Model(Module):
 class Parser(Module):
     """An output parser (the user's object parses)."""
 
-    template: ClassVar[str] = "Transform"
     line_list: bool = False  # parse(text) is "non-empty lines of text.strip()"
 
 
@@ -150,7 +134,6 @@ class Parser(Module):
 class VectorRetriever(Module):
     """``VectorStoreRetriever`` over ``langchain_chroma.Chroma`` with ``HuggingFaceEmbeddings``."""
 
-    template: ClassVar[str] = "Retrieval"
     vectorstore: Any = None
     embeddings: Any = None
 
@@ -159,7 +142,6 @@ class VectorRetriever(Module):
 class MultiQuery(Module):
     """``MultiQueryRetriever``: generate queries, retrieve each, unique union."""
 
-    template: ClassVar[str] = "QueryExpansion"
     retriever: Module | None = None
     llm_chain: Module | None = None
 
@@ -171,7 +153,6 @@ class MultiQuery(Module):
 class Ensemble(Module):
     """``EnsembleRetriever``: all retrievers on the same query, weighted reciprocal rank fusion."""
 
-    template: ClassVar[str] = "Aggregate"
     retrievers: list[Module] = field(default_factory=list)
 
     def children(self) -> list[Module]:
@@ -182,7 +163,6 @@ class Ensemble(Module):
 class Opaque(Module):
     """Anything else: one node that calls the user's runnable as-is."""
 
-    template: ClassVar[str] = "Opaque"
     reason: str = ""
 
 
@@ -360,17 +340,14 @@ def capture(runnable: Any) -> tuple[Module, list[tuple[str, str]]]:
 
 def format_tree(module: Module, indent: int = 0) -> str:
     """The module tree as indented text (for ``explain()``)."""
-    pad = "  " * indent
-    extra = f"  -- opaque: {module.reason}" if isinstance(module, Opaque) else ""
-    lines = [f"{pad}{module.kind}: {module.label()}{extra}"]
-    if isinstance(module, Parallel):
-        for key, child in module.branches.items():
-            lines.append(f"{pad}  [{key}]")
-            lines.append(format_tree(child, indent + 2))
-        return "\n".join(lines)
-    for child in module.children():
-        lines.append(format_tree(child, indent + 1))
-    return "\n".join(lines)
+    return "\n".join("  " * indent + line for line in module_graph(module).lines())
+
+
+# captured class -> the core template kind it lowers to ("Sequence"/"Parallel": the composition itself)
+TEMPLATES: dict[type[Module], str] = {
+    Sequence: "Sequence", Parallel: "Parallel", Identity: "Transform", Assign: "Transform", Pick: "Transform",
+    Lambda: "Transform", Prompt: "Transform", Parser: "Transform", Branch: "Route", Model: "LLMCall",
+    VectorRetriever: "Retrieval", MultiQuery: "QueryExpansion", Ensemble: "Aggregate", Opaque: OPAQUE}
 
 
 def module_graph(root: Module, opaque_reason: Callable[[Module], str] | None = None) -> ModuleGraph:
@@ -381,7 +358,9 @@ def module_graph(root: Module, opaque_reason: Callable[[Module], str] | None = N
     def bind(m: Module, name: str) -> BoundModule:
         reason = m.reason if isinstance(m, Opaque) else (opaque_reason(m) if opaque_reason else "")
         items = m.branches.items() if isinstance(m, Parallel) else enumerate(m.children())
-        return BoundModule(name, OPAQUE if reason else m.template, m.runnable, reason,
-                           [bind(c, f"{name}.{key}") for key, c in items], detail=m.label())
+        label = m.label()
+        return BoundModule(name, OPAQUE if reason else TEMPLATES[type(m)], m.runnable, reason,
+                           [bind(c, f"{name}.{key}") for key, c in items],
+                           detail="" if label == type(m.runnable).__name__ else label)
 
     return ModuleGraph(bind(root, "root"))

@@ -137,9 +137,6 @@ class Lowerer:
                             "ayo_langchain.lower.LOWERINGS")
         return lower(self, m, src, cfg)
 
-    def _lower_identity(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
-        return src
-
     def _lower_sequence(self, m: cap.Sequence, src: str, cfg: RunnableConfig) -> str:
         top = m is self.plan.root and not self.prefix
         steps = m.steps
@@ -332,7 +329,7 @@ def _retriever(name: str) -> Callable[..., str]:
 
 
 for _cls, _lower in ((cap.Sequence, Lowerer._lower_sequence), (cap.Parallel, Lowerer._lower_parallel),
-                     (cap.Identity, Lowerer._lower_identity), (cap.Assign, Lowerer._lower_assign),
+                     (cap.Identity, lambda lw, m, src, cfg: src), (cap.Assign, Lowerer._lower_assign),
                      (cap.Lambda, Lowerer._lower_lambda), (cap.Branch, Lowerer._lower_branch),
                      (cap.Model, Lowerer._lower_model), (cap.Opaque, Lowerer._lower_opaque),
                      (cap.Prompt, _calls("prompt", COST["prompt"])), (cap.Parser, _calls("parser", COST["parser"])),

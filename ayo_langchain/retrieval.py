@@ -30,7 +30,7 @@ from ayo_langchain import capture as cap
 from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, start_retriever_run, step_config
 from ayo_langchain.lower import COST, Lowerer, call_user
 
-Retrieve = Callable[[Any, str], Awaitable[list[Document]]]
+Retrieve = Callable[[Any, Any], Awaitable[Any]]
 _MMR_KEYS = ("k", "fetch_k", "lambda_mult", "filter", "where_document")
 
 
@@ -62,18 +62,16 @@ class _Done:
         self.docs = docs
 
 
-def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableConfig) -> str:
-    retriever, plan = m.runnable, lw.plan
-    run_cfg = leaf_config(cfg, m.wrappers, retriever)
-    if not plan.serves_embeddings(m.embeddings):
-        return lw._call_node("retriever", m, src, cfg, COST["opaque"], kind=Opaque)
+def _vector_steps(lw: Lowerer, m: cap.VectorRetriever, run_cfg: RunnableConfig) -> tuple[Retrieve, Retrieve]:
+    """``embed(ctx, query)`` (opens the retriever's run) and ``search(ctx, embedded)`` (ends it)."""
+    retriever = m.runnable
 
     async def embed(ctx: Any, query: Any) -> Any:
         if not isinstance(query, str):  # let the stock retriever raise (or cope) exactly as it would
             return _Done(await call_user(lw.run, retriever, query, run_cfg))
         run_manager = await start_retriever_run(retriever, query, run_cfg)
         try:
-            return (run_manager, await embed_query(ctx, plan, m.embeddings, query))
+            return (run_manager, await embed_query(ctx, lw.plan, m.embeddings, query))
         except BaseException as exc:
             await run_manager.on_retriever_error(exc)
             raise
@@ -84,6 +82,13 @@ def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableCon
         run_manager, vector = vector
         return await _reported(run_manager, asyncio.to_thread(search_by_vector, retriever, vector))
 
+    return embed, search
+
+
+def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableConfig) -> str:
+    if not lw.plan.serves_embeddings(m.embeddings):
+        return lw._call_node("retriever", m, src, cfg, COST["opaque"], kind=Opaque)
+    embed, search = _vector_steps(lw, m, leaf_config(cfg, m.wrappers, m.runnable))
     names = (lw.name("embed"), lw.name("search"))
     template = Retrieval(m.label(), m.label(), embed=embed, search=search, names=names,
                          costs=(COST["embed"], COST["search"]))
@@ -92,20 +97,16 @@ def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableCon
 
 def retrieve_fn(lw: Lowerer, m: cap.Module, cfg: RunnableConfig) -> Retrieve:
     """One call that retrieves for a query with module ``m`` (for per-part nodes and fallbacks)."""
-    retriever, plan = m.runnable, lw.plan
-    run_cfg = leaf_config(cfg, m.wrappers, retriever)
-    if not (isinstance(m, cap.VectorRetriever) and plan.serves_embeddings(m.embeddings)):
+    run_cfg = leaf_config(cfg, m.wrappers, m.runnable)
+    if not (isinstance(m, cap.VectorRetriever) and lw.plan.serves_embeddings(m.embeddings)):
         async def call(ctx: Any, query: str) -> list[Document]:
-            return await call_user(lw.run, retriever, query, run_cfg)
+            return await call_user(lw.run, m.runnable, query, run_cfg)
 
         return call
+    embed, search = _vector_steps(lw, m, run_cfg)
 
     async def vector(ctx: Any, query: str) -> list[Document]:
-        async def embed_and_search() -> list[Document]:
-            vec = await embed_query(ctx, plan, m.embeddings, query)
-            return await asyncio.to_thread(search_by_vector, retriever, vec)
-
-        return await _reported(await start_retriever_run(retriever, query, run_cfg), embed_and_search())
+        return await search(ctx, await embed(ctx, query))
 
     return vector
 
