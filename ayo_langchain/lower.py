@@ -34,7 +34,7 @@ from langchain_core.runnables.utils import is_async_generator
 from ayo_core.graph import Graph
 from ayo_core.modules import TypeDispatch
 from ayo_core.runtime.context import Expand
-from ayo_core.templates import LLMCall, Opaque, Route, Template, Transform
+from ayo_core.templates import Opaque, Route, StepLLMCall, Template, Transform
 from ayo_langchain import capture as cap
 from ayo_langchain import openai_route
 from ayo_langchain.callbacks import child, leaf_config, start_chain_run, step_config
@@ -303,8 +303,8 @@ class Lowerer:
         inputs = {"prompt": src}
         if early is not None:
             inputs.update(early.inputs)
-        call = LLMCall(_the_prompt, m.label(), parts=parts, prefix=early.spec if early is not None else None,
-                       call=decode, cost=self.plan.decode_cost(m))
+        call = StepLLMCall(_the_prompt, m.label(), call=decode, parts=parts, cost=self.plan.decode_cost(m),
+                           prefix_spec=early.spec if early is not None else None)
         return self.build(call, inputs, "llm")
 
 

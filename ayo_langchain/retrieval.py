@@ -25,7 +25,7 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig
 
-from ayo_core.templates import Aggregate, Opaque, Retrieval, Transform
+from ayo_core.templates import Aggregate, Opaque, StepRetrieval, Transform
 from ayo_langchain import capture as cap
 from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, start_retriever_run, step_config
 from ayo_langchain.lower import COST, Lowerer, call_user
@@ -90,8 +90,8 @@ def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableCon
         return lw._call_node("retriever", m, src, cfg, COST["opaque"], kind=Opaque)
     embed, search = _vector_steps(lw, m, leaf_config(cfg, m.wrappers, m.runnable))
     names = (lw.name("embed"), lw.name("search"))
-    template = Retrieval(m.label(), m.label(), embed=embed, search=search, names=names,
-                         costs=(COST["embed"], COST["search"]))
+    template = StepRetrieval(m.label(), embed=embed, search=search, names=names,
+                             costs=(COST["embed"], COST["search"]))
     return lw.build(template, {"query": src}, name=names[0])
 
 
@@ -185,8 +185,8 @@ def _lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCo
         async def original(ctx: Any, query: dict) -> list[tuple[str, Any]]:
             return [await retrieve(ctx, query["question"])]
 
-        inputs["first"] = lw.build(Retrieval(m.retriever.label(), m.retriever.label(), retrieve=original,
-                                             costs=(COST["embed"], COST["search"])), {"query": started},
+        inputs["first"] = lw.build(StepRetrieval(m.retriever.label(), retrieve=original,
+                                                 costs=(COST["embed"], COST["search"])), {"query": started},
                                    "mq_original")
     if pipelined:
         # the query chain's steps carry the tags its sequence gives them in stock
@@ -195,8 +195,8 @@ def _lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCo
         gen = lw._lower_model(steps[1], pv, step_config(chain_cfg, None, "seq:step:2"),
                               parts=line_parts(steps[2].runnable), finished=generated)
         inputs["lines"] = lw.lower(steps[2], gen, step_config(chain_cfg, None, "seq:step:3"))
-        inputs["per"] = lw.build(Retrieval(m.retriever.label(), m.retriever.label(), per_part=True, retrieve=retrieve,
-                                           costs=(COST["embed"], COST["search"])), {"query": gen}, "mq_retrieve")
+        inputs["per"] = lw.build(StepRetrieval(m.retriever.label(), per_part=True, retrieve=retrieve,
+                                               costs=(COST["embed"], COST["search"])), {"query": gen}, "mq_retrieve")
     else:
         inputs["lines"] = lw.lower(m.llm_chain, q_dict, chain_cfg)
     out = lw.build(Aggregate(_union(mq, retrieve), m.label(), takes_ctx=True, cost=COST["search"]), inputs, "mq_union")

@@ -11,10 +11,11 @@ from ayo_core.templates.flow import Aggregate, Route, Warmup
 from ayo_core.templates.llm import LLMCall, QueryExpansion, Rerank
 from ayo_core.templates.local import Opaque, ToolCall, Transform
 from ayo_core.templates.retrieval import Indexing, Retrieval, to_records
+from ayo_core.templates.steps import StepLLMCall, StepRetrieval
 from ayo_core.templates.synthesis import Synthesis, greedy_pack
 
 __all__ = [
     "Aggregate", "Indexing", "LLMCall", "Opaque", "QueryExpansion", "Rerank", "Retrieval", "Route", "ShapeCache",
-    "Synthesis", "Template", "ToolCall", "Transform", "Warmup", "call_llm", "greedy_pack", "hit_text", "shape_key",
-    "to_records", "with_score",
+    "StepLLMCall", "StepRetrieval", "Synthesis", "Template", "ToolCall", "Transform", "Warmup", "call_llm",
+    "greedy_pack", "hit_text", "shape_key", "to_records", "with_score",
 ]

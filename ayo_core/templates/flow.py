@@ -10,10 +10,9 @@ engine and is optional (the query never waits for it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
-from ayo_core.graph import Op
+from ayo_core.graph import Graph, Op
 from ayo_core.templates.local import Transform
 
 
@@ -39,5 +38,8 @@ class Warmup(Transform):
 
     kind = "warmup"
     op = Op.PARTIAL_PREFILL
-    engine = "llm"
-    extra_meta: Mapping[str, Any] = {"optional": True}
+
+    def build(self, g: Graph, name: str, inputs: Mapping[str, str], after: Iterable[str] = ()) -> str:
+        node = g.nodes[super().build(g, name, inputs, after)]
+        g.replace(node.replace(engine="llm").with_meta(optional=True))  # the last node: order unchanged
+        return name

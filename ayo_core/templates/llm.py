@@ -55,8 +55,7 @@ class LLMCall(Template):
     Inputs: any names. Value: the text, or ``parse(text)``. Options:
     ``prefix=(early_inputs, render_prefix)``: ``render_prefix(**early)`` gives a
     prompt prefix (a token prefix of the final prompt) that prefill splitting
-    computes as soon as those inputs exist (or a ready :class:`PrefixSpec` when the adapter
-    renders the prefix itself, e.g. as token ids). ``parts=parser``: the output divides
+    computes as soon as those inputs exist. ``parts=parser``: the output divides
     into parts (``parser(text) -> list``) that stream to per-part consumers.
     ``per_part="kw"``: one call per part of input ``kw``. ``call(ctx, rendered)``
     replaces the default ``ctx.llm.complete/chat`` call.
@@ -66,7 +65,7 @@ class LLMCall(Template):
 
     def __init__(self, render: Callable[..., Rendered], module: str | None = None, *, max_tokens: int = 256,
                  parse: Callable[[str], Any] | None = None, parts: Callable[[str], list[Any]] | None = None,
-                 prefix: tuple[Sequence[str], Callable[..., Rendered | None]] | PrefixSpec | None = None,
+                 prefix: tuple[Sequence[str], Callable[..., Rendered | None]] | None = None,
                  per_part: str | None = None, llm_kwargs: Mapping[str, Any] | None = None,
                  call: Callable[..., Any] | None = None, cost: float = 0.0):
         super().__init__(module)
@@ -79,9 +78,7 @@ class LLMCall(Template):
             meta["parts"] = self.parts
         if self.per_part:
             meta["per_part"] = self.per_part
-        if isinstance(self.prefix, PrefixSpec):
-            meta["prefix"] = self.prefix
-        elif self.prefix is not None:
+        if self.prefix is not None:
             early, render_prefix = self.prefix
             meta["prefix"] = PrefixSpec(tuple(early), _Prefix(render_prefix))
         fn = _Decode(self.render, self.max_tokens, self.llm_kwargs, self.parse, self.parts is not None, self.call)

@@ -18,8 +18,6 @@ class Transform(Template):
 
     kind = "transform"
     op = Op.TRANSFORM
-    engine = "local"  # the engine its spans are charged to (subclasses: e.g. a warm-up on "llm")
-    extra_meta: Mapping[str, Any] = {}  # meta every node of the subclass carries (e.g. optional=True)
 
     def __init__(self, fn: Callable[..., Any], module: str | None = None, *, takes_ctx: bool = False,
                  per_part: str | None = None, side_effect: bool = False, resources: Iterable[str] | None = (),
@@ -30,13 +28,13 @@ class Transform(Template):
         self.resources = None if resources is None else frozenset(resources)
 
     def build(self, g: Graph, name: str, inputs: Mapping[str, str], after: Iterable[str] = ()) -> str:
-        meta: dict[str, Any] = dict(self.extra_meta)
+        meta: dict[str, Any] = {}
         if self.resources is not None:
             meta["resources"] = self.resources
         if self.per_part:
             meta["per_part"] = self.per_part
         return add_entry(g, Node(name, self.op, fn=plain_fn(self.fn, self.takes_ctx), inputs=dict(inputs),
-                                 engine=self.engine, module=self.module, side_effect=self.side_effect, cost=self.cost, meta=meta), after)
+                                 module=self.module, side_effect=self.side_effect, cost=self.cost, meta=meta), after)
 
     def shape(self) -> Hashable:
         return (type(self).__name__, self.per_part)

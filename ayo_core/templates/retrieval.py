@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from ayo_core.graph import Graph, Node, Op, Splitter
@@ -103,23 +103,13 @@ class Retrieval(Template):
     ``per_part=True``: ``query`` is a list (or a streaming producer's parts, e.g.
     QueryExpansion) and the value is one hit list per query; with decode
     pipelining each query is embedded and searched as soon as it is decoded.
-
-    Hooks (for a framework's own retriever, so its results stay identical): ``embed(ctx, query)``
-    and ``search(ctx, vector)`` replace the engine calls of the two nodes; ``retrieve(ctx, query)``
-    makes the module one SEARCH node that retrieves as a whole (a retriever whose embedding Ayo
-    does not reproduce, or one query of many). ``names=(embed, search)`` names the two nodes
-    (default ``<name>.embed``, ``<name>.search``); ``costs=(embed, search)`` are their estimates.
     """
 
     kind = "retrieval"
 
-    def __init__(self, collection: str, k: int = 4, per_part: bool = False, module: str | None = None, *,
-                 embed: Callable[..., Any] | None = None, search: Callable[..., Any] | None = None,
-                 retrieve: Callable[..., Any] | None = None, names: tuple[str, str] | None = None,
-                 costs: tuple[float, float] = (0.0, 0.0)):
+    def __init__(self, collection: str, k: int = 4, per_part: bool = False, module: str | None = None):
         super().__init__(module)
         self.collection, self.k, self.per_part = collection, k, per_part
-        self.embed, self.search, self.retrieve, self.names, self.costs = embed, search, retrieve, names, costs
 
     def build(self, g: Graph, name: str, inputs: Mapping[str, str], after: Iterable[str] = ()) -> str:
         self._require(inputs, "query")
@@ -128,20 +118,11 @@ class Retrieval(Template):
         if self.per_part:
             embed_meta["per_part"] = "query"
             search_meta["per_part"] = "vector"
-        if self.retrieve is not None:
-            search_meta["per_part"] = embed_meta.get("per_part")
-            return add_entry(g, Node(name, Op.SEARCH, fn=self.retrieve, inputs={"query": inputs["query"]},
-                                     engine="embed", module=self.module, cost=sum(self.costs),
-                                     meta={k: v for k, v in search_meta.items() if v is not None}), after)
-        embed_name, search_name = self.names or (f"{name}.embed", f"{name}.search")
-        embed = add_entry(g, Node(embed_name, Op.EMBED, fn=self.embed or _EmbedQuery(),
-                                  inputs={"query": inputs["query"]}, engine="embed", module=self.module,
-                                  batchable=True, cost=self.costs[0], meta=embed_meta), after)
-        g.add(Node(search_name, Op.SEARCH, fn=self.search or _Search(self.collection, self.k),
-                   inputs={"vector": embed}, engine="vector", module=self.module, batchable=True,
-                   cost=self.costs[1], meta=search_meta))
-        return search_name
+        embed = add_entry(g, Node(f"{name}.embed", Op.EMBED, fn=_EmbedQuery(), inputs={"query": inputs["query"]},
+                                  engine="embed", module=self.module, batchable=True, meta=embed_meta), after)
+        g.add(Node(f"{name}.search", Op.SEARCH, fn=_Search(self.collection, self.k), inputs={"vector": embed},
+                   engine="vector", module=self.module, batchable=True, meta=search_meta))
+        return f"{name}.search"
 
     def shape(self) -> Hashable:
-        shape = ("Retrieval", self.collection, self.k, self.per_part)
-        return (*shape, "retrieve") if self.retrieve is not None else shape
+        return ("Retrieval", self.collection, self.k, self.per_part)
