@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,8 @@ from langchain_core.runnables import (
 )
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
+
+from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
 
 log = logging.getLogger(__name__)
 
@@ -337,14 +340,27 @@ def capture(runnable: Any) -> tuple[Module, list[tuple[str, str]]]:
 
 def format_tree(module: Module, indent: int = 0) -> str:
     """The module tree as indented text (for ``explain()``)."""
-    pad = "  " * indent
-    extra = f"  -- opaque: {module.reason}" if isinstance(module, Opaque) else ""
-    lines = [f"{pad}{module.kind}: {module.label()}{extra}"]
-    if isinstance(module, Parallel):
-        for key, child in module.branches.items():
-            lines.append(f"{pad}  [{key}]")
-            lines.append(format_tree(child, indent + 2))
-        return "\n".join(lines)
-    for child in module.children():
-        lines.append(format_tree(child, indent + 1))
-    return "\n".join(lines)
+    return "\n".join("  " * indent + line for line in module_graph(module).lines())
+
+
+# captured class -> the core template kind it lowers to ("Sequence"/"Parallel": the composition itself)
+TEMPLATES: dict[type[Module], str] = {
+    Sequence: "Sequence", Parallel: "Parallel", Identity: "Transform", Assign: "Transform", Pick: "Transform",
+    Lambda: "Transform", Prompt: "Transform", Parser: "Transform", Branch: "Route", Model: "LLMCall",
+    VectorRetriever: "Retrieval", MultiQuery: "QueryExpansion", Ensemble: "Aggregate", Opaque: OPAQUE}
+
+
+def module_graph(root: Module, opaque_reason: Callable[[Module], str] | None = None) -> ModuleGraph:
+    """The core :class:`~ayo_core.modules.ModuleGraph` of a captured tree: each module bound to the
+    user's runnable with its template kind; ``opaque_reason(m)`` says why a recognized module still
+    runs as-is (a model at an endpoint Ayo's engine does not serve), '' when it is lowered."""
+
+    def bind(m: Module, name: str) -> BoundModule:
+        reason = m.reason if isinstance(m, Opaque) else (opaque_reason(m) if opaque_reason else "")
+        items = m.branches.items() if isinstance(m, Parallel) else enumerate(m.children())
+        label = m.label()
+        return BoundModule(name, OPAQUE if reason else TEMPLATES[type(m)], m.runnable, reason,
+                           [bind(c, f"{name}.{key}") for key, c in items],
+                           detail="" if label == type(m.runnable).__name__ else label)
+
+    return ModuleGraph(bind(root, "root"))

@@ -31,11 +31,13 @@ from langchain_core.runnables.config import (
 )
 from langchain_core.runnables.utils import is_async_generator
 
-from ayo_core.graph import Node, Op
+from ayo_core.graph import Graph
+from ayo_core.modules import TypeDispatch
 from ayo_core.runtime.context import Expand
+from ayo_core.templates import Opaque, Route, StepLLMCall, Template, Transform
 from ayo_langchain import capture as cap
+from ayo_langchain import openai_route
 from ayo_langchain.callbacks import child, leaf_config, start_chain_run, step_config
-from ayo_langchain.openai_route import Route, route
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +92,7 @@ class Lowerer:
     plan: Any  # ayo_langchain.runnable.Plan (engines, routed models, options)
     run: QueryRun
     prefix: str = ""
-    nodes: list[Node] = field(default_factory=list)
+    graph: Graph = field(default_factory=Graph)  # where the templates add this lowerer's nodes
     # dict-building node -> {key: producer node, "__base__": assign input}: prefill splitting reads it
     dict_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     # inside an object stock invokes even in a stream (a retriever's query chain): its models do not stream
@@ -113,24 +115,27 @@ class Lowerer:
         self._n += 1
         return f"{self.prefix}{self._n}.{label}"
 
-    def add(self, label: str, op: Op, fn: Callable[..., Any], inputs: dict[str, str], module: cap.Module | None,
-            **kw: Any) -> str:
-        name = self.name(label)
-        self.nodes.append(Node(name, op, fn=fn, inputs=inputs, module=module.label() if module else label, **kw))
+    def build(self, template: Template, inputs: dict[str, str], label: str = "", name: str = "") -> str:
+        """Add ``template``'s nodes under the next structural name (``"3.prompt"``, or ``name``);
+        returns the node holding its value, with its estimated ready time."""
+        before = len(self.graph.nodes)
+        out = template.build(self.graph, name or self.name(label), inputs)
         start = max((self.ready.get(src, 0.0) for src in inputs.values()), default=0.0)
-        self.ready[name] = start + kw.get("cost", 0.0)
-        return name
+        self.ready[out] = start + sum(n.cost for n in list(self.graph.nodes.values())[before:])
+        return out
+
+    def record(self, optimization: str, node: str, detail: str) -> None:
+        """Note an optimization the lowering set up (``explain()`` lists ``graph.meta["optimizations"]``)."""
+        self.graph.meta.setdefault("optimizations", []).append({"name": optimization, "node": node, "detail": detail})
 
     # ---- dispatch -------------------------------------------------------------------------
     def lower(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
         """Add the nodes computing ``m`` applied to ``src``'s value; return the node holding the result."""
-        method = getattr(self, f"_lower_{type(m).__name__.lower()}", None)
-        if method is None:
-            return self._lower_opaque(m, src, cfg)
-        return method(m, src, cfg)
-
-    def _lower_identity(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
-        return src
+        lower = LOWERINGS.find(m)
+        if lower is None:
+            raise TypeError(f"no lowering for captured module {type(m).__name__} ({m.label()}): register one in "
+                            "ayo_langchain.lower.LOWERINGS")
+        return lower(self, m, src, cfg)
 
     def _lower_sequence(self, m: cap.Sequence, src: str, cfg: RunnableConfig) -> str:
         top = m is self.plan.root and not self.prefix
@@ -163,7 +168,7 @@ class Lowerer:
         async def as_dict(ctx: Any, **values: Any) -> dict[str, Any]:
             return {key: values[f"v{i}"] for i, key in enumerate(keys)}
 
-        out = self.add("dict", Op.TRANSFORM, as_dict, inputs, m, cost=0.0)
+        out = self.build(Transform(as_dict, m.label(), takes_ctx=True), inputs, "dict")
         self.dict_sources[out] = dict(zip(keys, inputs.values(), strict=True))
         return out
 
@@ -174,19 +179,20 @@ class Lowerer:
             return value
 
         # the check runs before the mapper, as in RunnableAssign._ainvoke
-        checked = self.add("assign_input", Op.TRANSFORM, must_be_dict, {"value": src}, m)
+        checked = self.build(Transform(must_be_dict, m.label(), takes_ctx=True), {"value": src}, "assign_input")
         mapped = self._lower_parallel(m.mapper, checked, cfg)
 
         async def merge(ctx: Any, base: dict, new: dict) -> dict:
             return {**base, **new}
 
-        out = self.add("assign", Op.TRANSFORM, merge, {"base": checked, "new": mapped}, m)
+        out = self.build(Transform(merge, m.label(), takes_ctx=True), {"base": checked, "new": mapped}, "assign")
         self.dict_sources[out] = {**self.dict_sources[mapped], "__base__": checked}
         return out
 
     # ---- leaves that call the user's object ---------------------------------------------
-    def _call_node(self, label: str, op: Op, m: cap.Module, src: str, cfg: RunnableConfig, cost: float,
-                   model: bool = False) -> str:
+    def _call_node(self, label: str, m: cap.Module, src: str, cfg: RunnableConfig, cost: float,
+                   model: bool = False, kind: type[Transform] = Transform) -> str:
+        """A node that calls the user's object (a prompt, a parser: a Transform; else Opaque)."""
         runnable = m.runnable
         run_cfg = leaf_config(cfg, m.wrappers, runnable)
         method = stream_user if model and self.streams_models() else call_user
@@ -194,26 +200,18 @@ class Lowerer:
         async def call(ctx: Any, value: Any) -> Any:
             return await method(self.run, runnable, value, run_cfg)
 
-        return self.add(label, op, call, {"value": src}, m, cost=cost)
-
-    def _lower_prompt(self, m: cap.Prompt, src: str, cfg: RunnableConfig) -> str:
-        return self._call_node("prompt", Op.TRANSFORM, m, src, cfg, COST["prompt"])
-
-    def _lower_parser(self, m: cap.Parser, src: str, cfg: RunnableConfig) -> str:
-        return self._call_node("parser", Op.TRANSFORM, m, src, cfg, COST["parser"])
-
-    def _lower_pick(self, m: cap.Pick, src: str, cfg: RunnableConfig) -> str:
-        return self._call_node("pick", Op.TRANSFORM, m, src, cfg, COST["parser"])
+        return self.build(kind(call, m.label(), takes_ctx=True, cost=cost), {"value": src}, label)
 
     def _lower_opaque(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
-        return self._call_node("opaque", Op.OPAQUE, m, src, cfg, COST["opaque"], model=is_language_model(m))
+        return self._call_node("opaque", m, src, cfg, COST["opaque"], model=is_language_model(m),
+                               kind=Opaque)
 
     def _lower_lambda(self, m: cap.Lambda, src: str, cfg: RunnableConfig) -> str:
         lam = m.runnable
         run_cfg = leaf_config(cfg, m.wrappers, lam)
         func = getattr(lam, "afunc", None) or lam.func
         if is_async_generator(func) or inspect.isgeneratorfunction(func):
-            return self._call_node("lambda", Op.TRANSFORM, m, src, cfg, COST["lambda"])
+            return self._call_node("lambda", m, src, cfg, COST["lambda"])
         name_box: list[str] = []
 
         async def call(ctx: Any, value: Any) -> Any:
@@ -232,7 +230,8 @@ class Lowerer:
                 raise RecursionError(f"Recursion limit reached when invoking {lam} with input {value}.")
             return self._expand(name_box[0], out, src, patch_config(run_cfg, recursion_limit=limit - 1))
 
-        name_box.append(self.add("lambda", Op.TRANSFORM, call, {"value": src}, m, cost=COST["lambda"]))
+        name_box.append(self.build(Route(call, m.label(), takes_ctx=True, cost=COST["lambda"]), {"value": src},
+                                   "lambda"))
         if src in self.progress:
             follow = self.progress[src].then(lam)
             if follow is not None:
@@ -248,8 +247,8 @@ class Lowerer:
             async def same(ctx: Any, value: Any) -> Any:
                 return value
 
-            out = sub.add("identity", Op.TRANSFORM, same, {"value": src}, module)
-        return Expand(nodes=sub.nodes, output=out)
+            out = sub.build(Transform(same, module.label(), takes_ctx=True), {"value": src}, "identity")
+        return Expand(nodes=list(sub.graph.nodes.values()), output=out)
 
     def _lower_branch(self, m: cap.Branch, src: str, cfg: RunnableConfig) -> str:
         br = m.runnable
@@ -270,7 +269,8 @@ class Lowerer:
             expansion = self._expand(name_box[0], chosen, src, child(run_cfg, run_manager, tag))
             return _close_run(expansion, run_manager, name_box[0])
 
-        name_box.append(self.add("branch", Op.TRANSFORM, choose, {"value": src}, m, cost=COST["branch"]))
+        name_box.append(self.build(Route(choose, m.label(), takes_ctx=True, cost=COST["branch"]), {"value": src},
+                                   "branch"))
         return name_box[0]
 
     # ---- models ---------------------------------------------------------------------------
@@ -278,15 +278,15 @@ class Lowerer:
                      parts: Callable[[str], list] | None = None, finished: asyncio.Event | None = None) -> str:
         routed = self.plan.routed.get(id(m))
         if routed is None:  # an endpoint the engine does not serve: call the model as-is
-            return self._call_node("model", Op.OPAQUE, m, src, cfg, COST["opaque"], model=True)
+            return self._call_node("model", m, src, cfg, COST["opaque"], model=True, kind=Opaque)
         run_cfg = leaf_config(cfg, m.wrappers, m.runnable)
         streaming = m is self.run.stream_to
         # under stock's stream every model of the chain streams (a branch's, a parallel's): same value type
         streamed = parts is None and self.streams_models()
         sink = self.run.sink
 
-        async def decode(ctx: Any, prompt: Any, **_early: Any) -> Any:
-            with route(Route(ctx.llm, on_delta=ctx.stream_cb)):
+        async def decode(ctx: Any, prompt: Any) -> Any:
+            with openai_route.route(openai_route.Route(ctx.llm, on_delta=ctx.stream_cb)):
                 if not (streaming or streamed):
                     try:
                         return await routed.ainvoke(prompt, run_cfg)
@@ -301,33 +301,41 @@ class Lowerer:
                 return final
 
         inputs = {"prompt": src}
-        meta: dict[str, Any] = {"parts": parts} if parts else {}
         if early is not None:
             inputs.update(early.inputs)
-            meta["prefix"] = early.spec
-        return self.add("llm", Op.DECODE, decode, inputs, m, engine="llm", cost=self.plan.decode_cost(m),
-                        streamable=parts is not None, meta=meta)
+        call = StepLLMCall(_the_prompt, m.label(), call=decode, parts=parts, cost=self.plan.decode_cost(m),
+                           prefix_spec=early.spec if early is not None else None)
+        return self.build(call, inputs, "llm")
 
-    # ---- retrievers (see retrieval.py) ----------------------------------------------------
-    def _lower_vectorretriever(self, m: cap.VectorRetriever, src: str, cfg: RunnableConfig) -> str:
-        from ayo_langchain.retrieval import lower_vector
 
-        return lower_vector(self, m, src, cfg)
+# captured module class -> its lowering (by type through the MRO: a module class without one fails loudly)
+LOWERINGS: TypeDispatch[Callable[..., str]] = TypeDispatch("LangChain lowering")
 
-    def _lower_multiquery(self, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
-        from ayo_langchain.retrieval import lower_multi_query
 
-        # stock's retriever invokes its query chain (prompt, model, parser), even inside a stream
-        was, self.invoked = self.invoked, True
-        try:
-            return lower_multi_query(self, m, src, cfg)
-        finally:
-            self.invoked = was
+def _calls(label: str, cost: float) -> Callable[..., str]:
+    """The lowering of a leaf whose node calls the user's object (a prompt, a parser, a pick)."""
+    return lambda lw, m, src, cfg: lw._call_node(label, m, src, cfg, cost)
 
-    def _lower_ensemble(self, m: cap.Ensemble, src: str, cfg: RunnableConfig) -> str:
-        from ayo_langchain.retrieval import lower_ensemble
 
-        return lower_ensemble(self, m, src, cfg)
+def _retriever(name: str) -> Callable[..., str]:
+    """A retriever's lowering, from :mod:`ayo_langchain.retrieval` (imported when first met)."""
+
+    def lower(lw: Lowerer, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
+        from ayo_langchain import retrieval
+
+        return getattr(retrieval, name)(lw, m, src, cfg)
+
+    return lower
+
+
+for _cls, _lower in ((cap.Sequence, Lowerer._lower_sequence), (cap.Parallel, Lowerer._lower_parallel),
+                     (cap.Identity, lambda lw, m, src, cfg: src), (cap.Assign, Lowerer._lower_assign),
+                     (cap.Lambda, Lowerer._lower_lambda), (cap.Branch, Lowerer._lower_branch),
+                     (cap.Model, Lowerer._lower_model), (cap.Opaque, Lowerer._lower_opaque),
+                     (cap.Prompt, _calls("prompt", COST["prompt"])), (cap.Parser, _calls("parser", COST["parser"])),
+                     (cap.Pick, _calls("pick", COST["parser"])), (cap.VectorRetriever, _retriever("lower_vector")),
+                     (cap.MultiQuery, _retriever("lower_multi_query")), (cap.Ensemble, _retriever("lower_ensemble"))):
+    LOWERINGS.add(_cls, _lower)
 
 
 def is_language_model(m: cap.Module) -> bool:
@@ -379,6 +387,11 @@ def _close_run(expansion: Expand, run_manager: Any, parent: str) -> Expand:
         await run_manager.on_chain_end(value)
         return value
 
-    name = f"{parent}/end"
-    node = Node(name, Op.TRANSFORM, fn=end, inputs={"value": expansion.output}, module="branch")
-    return Expand(nodes=[*expansion.nodes, node], output=name)
+    g = Graph()
+    name = Transform(end, "branch", takes_ctx=True).build(g, f"{parent}/end", {"value": expansion.output})
+    return Expand(nodes=[*expansion.nodes, *g.nodes.values()], output=name)
+
+
+def _the_prompt(prompt: Any, **_early: Any) -> Any:
+    """The decode's prompt is its ``prompt`` input: the user's prompt value, rendered by LangChain."""
+    return prompt

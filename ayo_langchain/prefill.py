@@ -28,7 +28,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ayo_core.graph import Op, PrefixSpec
+from ayo_core.graph import PrefixSpec
+from ayo_core.templates import Warmup
 from ayo_langchain import capture as cap
 from ayo_shims import langchain as shims
 
@@ -91,9 +92,9 @@ def early_inputs(lowerer: Any, prompt_step: cap.Module, model_step: cap.Model,
     if (lowerer.plan.options.progressive_prefill and len(late_keys) == 1
             and sources[late_keys[0]] in lowerer.progress):
         progress = lowerer.progress[sources[late_keys[0]]]
-        lowerer.add("progressive_prefill", Op.PARTIAL_PREFILL, warm.progressive(progress),
-                    {"part": progress.per_node, **inputs}, model_step, engine="llm", cost=0.0,
-                    meta={"per_part": "part", "optional": True})
+        node = lowerer.build(Warmup(warm.progressive(progress), model_step.label(), takes_ctx=True,
+                                    per_part="part"), {"part": progress.per_node, **inputs}, "progressive_prefill")
+        lowerer.record("progressive_prefill", node, "the prompt is prefilled as each generated query's documents come")
     return Early(inputs=inputs, spec=PrefixSpec(early_inputs=tuple(kwargs), build=warm.static))
 
 

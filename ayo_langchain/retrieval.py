@@ -25,30 +25,24 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig
 
-from ayo_core.graph import Op
+from ayo_core.templates import Aggregate, Opaque, StepRetrieval, Transform
 from ayo_langchain import capture as cap
 from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, start_retriever_run, step_config
 from ayo_langchain.lower import COST, Lowerer, call_user
 
-Retrieve = Callable[[Any, str], Awaitable[list[Document]]]
+Retrieve = Callable[[Any, Any], Awaitable[Any]]
 _MMR_KEYS = ("k", "fetch_k", "lambda_mult", "filter", "where_document")
 
 
 # ---- vector retrieval ------------------------------------------------------------------
-def embed_options(emb: Any) -> tuple[bool, Any]:
-    """(normalize, batch_size) the stock ``embed_query`` encodes with."""
-    kwargs = emb.query_encode_kwargs or emb.encode_kwargs
-    return bool(kwargs.get("normalize_embeddings", False)), None
-
-
 async def embed_query(ctx: Any, plan: Any, emb: Any, query: str) -> list[float]:
-    """``HuggingFaceEmbeddings.embed_query`` on the embedding engine."""
-    normalize, batch_size = embed_options(emb)
-    text = query.replace("\n", " ")
-    kw: dict[str, Any] = {"normalize": normalize}
-    if plan.exact_embeddings:
-        kw["batch_size"] = (emb.query_encode_kwargs or emb.encode_kwargs).get("batch_size", 32)
-    vectors = await ctx.embed.aembed([text], **kw)
+    """``HuggingFaceEmbeddings.embed_query`` on the embedding engine (its options: newline replacement,
+    ``normalize_embeddings``; its ``batch_size`` with ``exact_embeddings``)."""
+    encode = emb.query_encode_kwargs or emb.encode_kwargs
+    kw: dict[str, Any] = {"normalize": bool(encode.get("normalize_embeddings", False))}
+    if plan.options.exact_embeddings:
+        kw["batch_size"] = encode.get("batch_size", 32)
+    vectors = await ctx.embed.aembed([query.replace("\n", " ")], **kw)
     return vectors[0]
 
 
@@ -68,60 +62,64 @@ class _Done:
         self.docs = docs
 
 
-def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableConfig) -> str:
-    retriever, plan = m.runnable, lw.plan
-    run_cfg = leaf_config(cfg, m.wrappers, retriever)
-    if not plan.serves_embeddings(m.embeddings):
-        return lw._call_node("retriever", Op.OPAQUE, m, src, cfg, COST["opaque"])
+def _vector_steps(lw: Lowerer, m: cap.VectorRetriever, run_cfg: RunnableConfig) -> tuple[Retrieve, Retrieve]:
+    """``embed(ctx, query)`` (opens the retriever's run) and ``search(ctx, embedded)`` (ends it)."""
+    retriever = m.runnable
 
     async def embed(ctx: Any, query: Any) -> Any:
         if not isinstance(query, str):  # let the stock retriever raise (or cope) exactly as it would
             return _Done(await call_user(lw.run, retriever, query, run_cfg))
         run_manager = await start_retriever_run(retriever, query, run_cfg)
         try:
-            return (run_manager, await embed_query(ctx, plan, m.embeddings, query))
+            return (run_manager, await embed_query(ctx, lw.plan, m.embeddings, query))
         except BaseException as exc:
             await run_manager.on_retriever_error(exc)
             raise
 
-    async def search(ctx: Any, embedded: Any) -> list[Document]:
-        if isinstance(embedded, _Done):
-            return embedded.docs
-        run_manager, vector = embedded
-        try:
-            docs = await asyncio.to_thread(search_by_vector, retriever, vector)
-        except BaseException as exc:
-            await run_manager.on_retriever_error(exc)
-            raise
-        await run_manager.on_retriever_end(docs)
-        return docs
+    async def search(ctx: Any, vector: Any) -> list[Document]:
+        if isinstance(vector, _Done):
+            return vector.docs
+        run_manager, vector = vector
+        return await _reported(run_manager, asyncio.to_thread(search_by_vector, retriever, vector))
 
-    e = lw.add("embed", Op.EMBED, embed, {"query": src}, m, engine="embed", cost=COST["embed"], batchable=True)
-    return lw.add("search", Op.SEARCH, search, {"embedded": e}, m, engine="vector", cost=COST["search"])
+    return embed, search
+
+
+def lower_vector(lw: Lowerer, m: cap.VectorRetriever, src: str, cfg: RunnableConfig) -> str:
+    if not lw.plan.serves_embeddings(m.embeddings):
+        return lw._call_node("retriever", m, src, cfg, COST["opaque"], kind=Opaque)
+    embed, search = _vector_steps(lw, m, leaf_config(cfg, m.wrappers, m.runnable))
+    names = (lw.name("embed"), lw.name("search"))
+    template = StepRetrieval(m.label(), embed=embed, search=search, names=names,
+                             costs=(COST["embed"], COST["search"]))
+    return lw.build(template, {"query": src}, name=names[0])
 
 
 def retrieve_fn(lw: Lowerer, m: cap.Module, cfg: RunnableConfig) -> Retrieve:
     """One call that retrieves for a query with module ``m`` (for per-part nodes and fallbacks)."""
-    retriever, plan = m.runnable, lw.plan
-    run_cfg = leaf_config(cfg, m.wrappers, retriever)
-    if not (isinstance(m, cap.VectorRetriever) and plan.serves_embeddings(m.embeddings)):
+    run_cfg = leaf_config(cfg, m.wrappers, m.runnable)
+    if not (isinstance(m, cap.VectorRetriever) and lw.plan.serves_embeddings(m.embeddings)):
         async def call(ctx: Any, query: str) -> list[Document]:
-            return await call_user(lw.run, retriever, query, run_cfg)
+            return await call_user(lw.run, m.runnable, query, run_cfg)
 
         return call
+    embed, search = _vector_steps(lw, m, run_cfg)
 
     async def vector(ctx: Any, query: str) -> list[Document]:
-        run_manager = await start_retriever_run(retriever, query, run_cfg)
-        try:
-            vec = await embed_query(ctx, plan, m.embeddings, query)
-            docs = await asyncio.to_thread(search_by_vector, retriever, vec)
-        except BaseException as exc:
-            await run_manager.on_retriever_error(exc)
-            raise
-        await run_manager.on_retriever_end(docs)
-        return docs
+        return await search(ctx, await embed(ctx, query))
 
     return vector
+
+
+async def _reported(run_manager: Any, docs: Awaitable[list[Document]]) -> list[Document]:
+    """Await the documents of a retriever run Ayo opened and end the run with them (or their error)."""
+    try:
+        found = await docs
+    except BaseException as exc:
+        await run_manager.on_retriever_error(exc)
+        raise
+    await run_manager.on_retriever_end(found)
+    return found
 
 
 # ---- MultiQueryRetriever ---------------------------------------------------------------
@@ -150,6 +148,15 @@ def line_parts(parser: Any) -> Callable[[Any], list[str]]:
 
 
 def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
+    # stock's retriever invokes its query chain (prompt, model, parser), even inside a stream
+    was, lw.invoked = lw.invoked, True
+    try:
+        return _lower_multi_query(lw, m, src, cfg)
+    finally:
+        lw.invoked = was
+
+
+def _lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableConfig) -> str:
     mq = m.runnable
     run_cfg = leaf_config(cfg, m.wrappers, mq)
     steps = m.llm_chain.steps if isinstance(m.llm_chain, cap.Sequence) else []
@@ -162,12 +169,12 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
         run_manager = await planned.start(query)
         return {"question": query, "_run": run_manager}
 
-    started = lw.add("mq_start", Op.TRANSFORM, start, {"query": src}, m)
+    started = lw.build(Transform(start, m.label(), takes_ctx=True), {"query": src}, "mq_start")
 
     async def question(ctx: Any, state: dict) -> dict:
         return {"question": state["question"]}
 
-    q_dict = lw.add("mq_question", Op.TRANSFORM, question, {"state": started}, m)
+    q_dict = lw.build(Transform(question, m.label(), takes_ctx=True), {"state": started}, "mq_question")
     # as in stock, the query chain and the inner retriever are untagged children of the retriever's
     # run (every node using these configs runs after mq_start)
     chain_cfg = planned.child(run_cfg)
@@ -175,11 +182,12 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
     inputs = {"state": started}
     if mq.include_original:  # the original question needs no generation: retrieve it right away
 
-        async def original(ctx: Any, state: dict) -> list[tuple[str, Any]]:
-            return [await retrieve(ctx, state["question"])]
+        async def original(ctx: Any, query: dict) -> list[tuple[str, Any]]:
+            return [await retrieve(ctx, query["question"])]
 
-        inputs["first"] = lw.add("mq_original", Op.SEARCH, original, {"state": started}, m.retriever,
-                                 engine="embed", cost=COST["embed"] + COST["search"])
+        inputs["first"] = lw.build(StepRetrieval(m.retriever.label(), retrieve=original,
+                                                 costs=(COST["embed"], COST["search"])), {"query": started},
+                                   "mq_original")
     if pipelined:
         # the query chain's steps carry the tags its sequence gives them in stock
         pv = lw.lower(steps[0], q_dict, step_config(chain_cfg, None, "seq:step:1"))
@@ -187,11 +195,11 @@ def lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCon
         gen = lw._lower_model(steps[1], pv, step_config(chain_cfg, None, "seq:step:2"),
                               parts=line_parts(steps[2].runnable), finished=generated)
         inputs["lines"] = lw.lower(steps[2], gen, step_config(chain_cfg, None, "seq:step:3"))
-        inputs["per"] = lw.add("mq_retrieve", Op.SEARCH, retrieve, {"line": gen}, m.retriever, engine="embed",
-                               cost=COST["embed"] + COST["search"], meta={"per_part": "line"})
+        inputs["per"] = lw.build(StepRetrieval(m.retriever.label(), per_part=True, retrieve=retrieve,
+                                               costs=(COST["embed"], COST["search"])), {"query": gen}, "mq_retrieve")
     else:
         inputs["lines"] = lw.lower(m.llm_chain, q_dict, chain_cfg)
-    out = lw.add("mq_union", Op.AGGREGATE, _union(mq, retrieve), inputs, m, cost=COST["search"])
+    out = lw.build(Aggregate(_union(mq, retrieve), m.label(), takes_ctx=True, cost=COST["search"]), inputs, "mq_union")
     if pipelined:
         from ayo_langchain.prefill import Progress
 
@@ -206,11 +214,11 @@ def _capturing(retrieve: Retrieve) -> Callable[..., Awaitable[tuple[str, Any]]]:
     once, with the retriever's own exception, from one node.
     """
 
-    async def run(ctx: Any, line: str) -> tuple[str, Any]:
+    async def run(ctx: Any, query: str) -> tuple[str, Any]:
         try:
-            return line, await retrieve(ctx, line)
+            return query, await retrieve(ctx, query)
         except Exception as exc:  # noqa: BLE001 - re-raised by the union
-            return line, Failed(exc)
+            return query, Failed(exc)
 
     return run
 
@@ -250,13 +258,13 @@ def lower_ensemble(lw: Lowerer, m: cap.Ensemble, src: str, cfg: RunnableConfig) 
     async def start(ctx: Any, query: Any) -> Any:
         return await planned.start(query)
 
-    started = lw.add("ensemble_start", Op.TRANSFORM, start, {"query": src}, m)
+    started = lw.build(Transform(start, m.label(), takes_ctx=True), {"query": src}, "ensemble_start")
 
     async def query_of(ctx: Any, query: Any, run: Any) -> Any:
         return query
 
     # the sub-retrievers start after the ensemble's run: their runs are its children, as in stock
-    query = lw.add("ensemble_query", Op.TRANSFORM, query_of, {"query": src, "run": started}, m, cost=0.0)
+    query = lw.build(Transform(query_of, m.label(), takes_ctx=True), {"query": src, "run": started}, "ensemble_query")
     inputs = {"run": started}
     for i, sub in enumerate(m.retrievers):
         inputs[f"r{i}"] = lw.lower(sub, query, planned.child(run_cfg, f"retriever_{i + 1}"))
@@ -272,4 +280,4 @@ def lower_ensemble(lw: Lowerer, m: cap.Ensemble, src: str, cfg: RunnableConfig) 
         await run.on_retriever_end(docs)
         return docs
 
-    return lw.add("ensemble_fuse", Op.AGGREGATE, fuse, inputs, m, cost=COST["parser"])
+    return lw.build(Aggregate(fuse, m.label(), takes_ctx=True, cost=COST["parser"]), inputs, "ensemble_fuse")

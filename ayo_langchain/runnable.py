@@ -32,6 +32,7 @@ from langchain_core.runnables.config import (
 )
 
 from ayo_core.graph import Graph
+from ayo_core.passes import optimize_graph
 from ayo_core.runtime import CostModel, Engines, EngineScheduler, NodeFailed, Runtime, SchedulerConfig
 from ayo_langchain import _loop
 from ayo_langchain import capture as cap
@@ -97,6 +98,15 @@ class Plan:
         else:
             self.llm, self.embed = runtime.engines.llm, runtime.engines.embed
             self._register(self.root, discover=False)
+        self.modules = cap.module_graph(self.root, self.opaque_reason)
+
+    def opaque_reason(self, m: cap.Module) -> str:
+        """Why a recognized module still runs as the user's object ('' when it is lowered)."""
+        if isinstance(m, cap.Model) and id(m) not in self.routed:
+            return "a model at an endpoint Ayo's LLM engine does not serve: called as-is"
+        if isinstance(m, cap.VectorRetriever) and not self.serves_embeddings(m.embeddings):
+            return "embeddings Ayo's embedding engine does not serve: the retriever is called as-is"
+        return ""
 
     def runtime(self) -> Runtime:
         """The runtime for the running event loop (its schedulers hold loop-bound state)."""
@@ -125,10 +135,6 @@ class Plan:
     @property
     def min_prefill_tokens(self) -> int:
         return self.options.min_prefill_tokens
-
-    @property
-    def exact_embeddings(self) -> bool:
-        return self.options.exact_embeddings
 
     def decode_cost(self, m: cap.Model) -> float:
         tokens = getattr(m.model, "max_tokens", None) or 256
@@ -344,15 +350,11 @@ class OptimizedRunnable(Runnable):
     def build_graph(self, run: QueryRun) -> Graph:
         """The query's primitive graph (lowered and, unless disabled, optimized by the core passes)."""
         t0 = time.perf_counter()
-        lw = Lowerer(self.plan, run)
         g = Graph()
         g.input("input")
-        out = lw.lower(self.plan.root, "input", run.cfg)
-        for node in lw.nodes:
-            g.add(node)
-        g.output(out)
+        g.output(Lowerer(self.plan, run, graph=g).lower(self.plan.root, "input", run.cfg))
         g.meta["overhead"] = {"build": time.perf_counter() - t0}
-        return _optimize(g) if self.options.passes else g
+        return optimize_graph(g) if self.options.passes else g
 
     async def _execute(self, input: Any, run: QueryRun) -> Any:
         g = self.build_graph(run)
@@ -479,11 +481,3 @@ def _original(failed: NodeFailed) -> BaseException:
     while isinstance(exc, NodeFailed):
         exc = exc.cause
     return exc
-
-
-def _optimize(g: Graph) -> Graph:
-    try:
-        from ayo_core.passes import optimize_graph
-    except ImportError:  # the core's pass pipeline is not there: run the graph as built
-        return g
-    return optimize_graph(g)

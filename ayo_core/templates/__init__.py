@@ -15,15 +15,16 @@ from ayo_core.templates.bound import (
     SynthesisHooks,
 )
 from ayo_core.templates.cache import ShapeCache, shape_key
+from ayo_core.templates.flow import Aggregate, Route, Warmup
 from ayo_core.templates.llm import LLMCall, QueryExpansion, Rerank
 from ayo_core.templates.local import LocalRerank, Opaque, ToolCall, Transform
 from ayo_core.templates.retrieval import Indexing, Retrieval, to_records
+from ayo_core.templates.steps import StepLLMCall, StepRetrieval
 from ayo_core.templates.synthesis import Synthesis, greedy_pack
 
 __all__ = [
-    "FusionHooks", "FusionRetrieval", "IndexingHooks", "LocalRerank", "RerankHooks", "RetrievalHooks",
-    "SynthesisHooks",
-    "Indexing", "LLMCall", "Opaque", "QueryExpansion", "Rerank", "Retrieval", "ShapeCache", "Synthesis",
-    "Template", "ToolCall", "Transform", "call_llm", "greedy_pack", "hit_text", "shape_key", "to_records",
-    "with_score",
+    "Aggregate", "FusionHooks", "FusionRetrieval", "Indexing", "IndexingHooks", "LLMCall", "LocalRerank", "Opaque",
+    "QueryExpansion", "Rerank", "RerankHooks", "Retrieval", "RetrievalHooks", "Route", "ShapeCache", "StepLLMCall",
+    "StepRetrieval", "Synthesis", "SynthesisHooks", "Template", "ToolCall", "Transform", "Warmup", "call_llm",
+    "greedy_pack", "hit_text", "shape_key", "to_records", "with_score",
 ]

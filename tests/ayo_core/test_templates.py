@@ -234,3 +234,33 @@ def test_shape_cache_hands_out_per_query_copies_cheaply():
     assert copies[0].meta["overhead"]["passes"] == 0.0 and copies[0].meta["passes"] == first.meta["passes"]
     copies[0].add(copies[0]["question"].replace(name="extra"))
     assert "extra" not in copies[1] and "extra" not in first
+
+
+def test_step_templates_and_flow_templates():
+    """What an adapter uses to run its framework's own code per step under its own node names
+    (StepRetrieval, StepLLMCall with a ready PrefixSpec) and the flow templates (Aggregate, Route, Warmup)."""
+    from ayo_core.graph import PrefixSpec
+    from ayo_core.templates import Aggregate, Route, StepLLMCall, StepRetrieval, Warmup
+
+    async def hook(ctx, **kw):
+        return kw
+
+    g = Graph("h")
+    g.input("q")
+    split = StepRetrieval("r", embed=hook, search=hook, names=("1.embed", "2.search"), costs=(0.1, 0.2))
+    assert split.build(g, "ignored", {"query": "q"}) == "2.search"
+    assert g["1.embed"].fn is hook and g["2.search"].inputs == {"vector": "1.embed"} and g["2.search"].cost == 0.2
+    assert (g["1.embed"].op, g["2.search"].op) == (Op.EMBED, Op.SEARCH)
+    whole = StepRetrieval("r", per_part=True, retrieve=hook, costs=(0.1, 0.2)).build(g, "3.each", {"query": "q"})
+    assert g[whole].op is Op.SEARCH and g[whole].meta["per_part"] == "query" and g[whole].cost == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="needs embed= and search=, or retrieve="):
+        StepRetrieval("r", embed=hook)
+    spec = PrefixSpec(("early",), hook)
+    StepLLMCall(lambda prompt, **_: prompt, "m", call=hook, prefix_spec=spec).build(
+        g, "4.llm", {"prompt": "q", "early": "q"})
+    assert g["4.llm"].meta["prefix"] is spec and g["4.llm"].op is Op.DECODE and g["4.llm"].engine == "llm"
+    assert g[Aggregate(hook, takes_ctx=True).build(g, "5.union", {"a": "q"})].op is Op.AGGREGATE
+    assert g[Route(hook, takes_ctx=True).build(g, "6.branch", {"value": "q"})].op is Op.TRANSFORM
+    warm = g[Warmup(hook, takes_ctx=True, per_part="part").build(g, "7.warm", {"part": whole})]
+    assert warm.op is Op.PARTIAL_PREFILL and warm.engine == "llm" and warm.meta["optional"]
+    assert list(g.nodes)[-1] == "7.warm" and g["5.union"].engine == "local" and "optional" not in g["5.union"].meta

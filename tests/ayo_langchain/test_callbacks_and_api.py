@@ -98,6 +98,27 @@ def test_capture_tree() -> None:
     assert len(opaque) == 1
 
 
+def test_capture_gives_the_core_module_graph() -> None:
+    model = FakeListChatModel(responses=["x"])
+    chain = ({"a": RunnableLambda(lambda x: x), "b": RunnablePassthrough()}
+             | PromptTemplate.from_template("{a}{b}") | model | StrOutputParser())
+    graph = ayo_langchain.optimize(chain).plan.modules
+    kinds = [(m.name, m.kind) for m in graph.modules()]
+    assert kinds == [("root", "Sequence"), ("root.0", "Parallel"), ("root.0.a", "Transform"),
+                     ("root.0.b", "Transform"), ("root.1", "Transform"), ("root.2", "Opaque"),
+                     ("root.3", "Transform")]
+    (opaque,) = graph.opaque()
+    assert opaque.obj is model and "not ChatOpenAI" in opaque.reason
+
+
+def test_every_captured_module_class_has_a_lowering() -> None:
+    from ayo_langchain.lower import LOWERINGS
+
+    classes = [c for c in vars(cap).values() if isinstance(c, type) and issubclass(c, cap.Module)]
+    assert [c.__name__ for c in classes if c is not cap.Module and c not in LOWERINGS] == []
+    assert [c.__name__ for c in classes if c is not cap.Module and c not in cap.TEMPLATES] == []
+
+
 def test_listeners_binding_stays_opaque_and_works() -> None:
     seen: list[Any] = []
     inner = RunnableLambda(lambda x: x + 1).with_listeners(on_end=lambda run: seen.append(run.outputs))
