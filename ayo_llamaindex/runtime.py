@@ -93,10 +93,6 @@ class EngineAssignment:
             return None
         return self.embed_kinds.get(_embed_key(binding))
 
-    @property
-    def key(self) -> tuple:
-        return tuple(sorted((k, id(e)) for k, e in self.engines.items()))
-
 
 def _embed_key(binding: EmbedBinding) -> tuple:
     return tuple(sorted(binding.engine_options().items()))
