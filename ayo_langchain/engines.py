@@ -1,49 +1,41 @@
-"""Process-wide engines for optimized chains, shared by every ``optimize()`` call.
+"""LangChain's side of the engine registry: what server and model folder a user's object points at.
 
-One ``LLMEngine`` per (server, model) and one ``EmbeddingEngine`` per model folder:
-chains optimized separately still meet on the same engines (and the embedding model
-is loaded once). The embedding engine is set up the way ``HuggingFaceEmbeddings``
-encodes: newlines replaced by spaces; normalization is passed per request from the
-user's ``encode_kwargs``.
+The engines themselves come from the core registry (:mod:`ayo_core.engines.registry`): one
+``LLMEngine`` per server, model and key, one ``EmbeddingEngine`` per model folder and
+settings, shared with the LlamaIndex adapter and with chains optimized separately. The
+embedding engine is set up the way ``HuggingFaceEmbeddings`` encodes: newlines replaced by
+spaces; normalization is passed per request from the user's ``encode_kwargs``.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
+from ayo_core.engines.registry import get_embedding_engine, get_llm_engine
+
 log = logging.getLogger(__name__)
-_lock = threading.Lock()
-_llm: dict[tuple[str, str], Any] = {}
-_embed: dict[str, Any] = {}
 
 
 def normalize_url(url: str | None) -> str | None:
     return url.rstrip("/") if url else None
 
 
-def llm_engine(base_url: str, model: str) -> Any:
-    """The shared ``LLMEngine`` for ``model`` at ``base_url``."""
-    from ayo_core.engines.llm_client import LLMEngine
+def llm_engine(base_url: str, model: str, api_key: str | None = None) -> Any:
+    """The shared ``LLMEngine`` for ``model`` at ``base_url`` (sending ``api_key`` when it is a real one)."""
+    return get_llm_engine(normalize_url(base_url), model=model, api_key=api_key)
 
-    key = (normalize_url(base_url) or "", model)
-    with _lock:
-        if key not in _llm:
-            _llm[key] = LLMEngine(key[0], model=model)
-        return _llm[key]
+
+def model_api_key(model: Any) -> str | None:
+    """The key a ChatOpenAI / OpenAI sends (None when it has none)."""
+    key = getattr(model, "openai_api_key", None)
+    return key.get_secret_value() if hasattr(key, "get_secret_value") else key
 
 
 def embedding_engine(model_path: str | Path) -> Any:
-    """The shared ``EmbeddingEngine`` on the model folder ``model_path``."""
-    from ayo_core.engines.embedding import EmbeddingEngine
-
-    key = str(Path(model_path).resolve())
-    with _lock:
-        if key not in _embed:
-            _embed[key] = EmbeddingEngine(key, replace_newlines=True, normalize=False, torch_threads=1)
-        return _embed[key]
+    """The shared ``EmbeddingEngine`` on the model folder ``model_path``, encoding as ``HuggingFaceEmbeddings``."""
+    return get_embedding_engine(model_path, replace_newlines=True, normalize=False, torch_threads=1)
 
 
 def model_endpoint(model: Any) -> tuple[str, str] | None:

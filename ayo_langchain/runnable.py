@@ -6,7 +6,11 @@ graph, optimizes it with the core passes and runs it on the runtime. All inputs 
 ``batch``/``abatch`` (and concurrent calls on one event loop) share one runtime, so
 the engine schedulers batch and prioritize across them. Async methods run on the
 caller's event loop, as stock does (the user's async objects stay on their loop);
-sync methods run on Ayo's background loop (:mod:`ayo_langchain._loop`). Errors raised by the user's objects (a prompt missing a
+sync methods run on the core's background loop (:mod:`ayo_core.runtime.bridge`, shared with
+the LlamaIndex adapter). Every chain's runtime schedules on the core's shared engine
+schedulers, so separately optimized chains (and LlamaIndex queries) on one server meet
+there, ranked by a policy that never sends a priority worse than a foreign client's.
+Errors raised by the user's objects (a prompt missing a
 variable, a parser failing on the model's text, a retriever raising) come out as the
 very exception the stock chain raises.
 """
@@ -33,18 +37,29 @@ from langchain_core.runnables.config import (
 
 from ayo_core.graph import Graph
 from ayo_core.passes import optimize_graph
-from ayo_core.runtime import CostModel, Engines, EngineScheduler, NodeFailed, Runtime, SchedulerConfig
-from ayo_langchain import _loop
+from ayo_core.runtime import (
+    CostModel,
+    NodeFailed,
+    Runtime,
+    SchedulerConfig,
+    bridge,
+    llm_config,
+    runtime_on_shared_schedulers,
+)
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import child, leaf_config
 from ayo_langchain.lower import SECONDS_PER_TOKEN, Lowerer, QueryRun, is_language_model
 from ayo_langchain.openai_route import routed_copy
 from ayo_shims import langchain as shims
+from ayo_shims import python_runtime
 
 log = logging.getLogger(__name__)
 _END = object()
 DYNAMIC_CACHE = 256  # runnables met at run time whose capture is kept
+# sync calls run the user's objects in the bridge loop's worker threads: daemon ones, so a user
+# thread still calling invoke after the main thread ended is served (see ayo_shims.python_runtime)
+bridge.use_executor(python_runtime.daemon_pool)
 
 
 @dataclass
@@ -90,7 +105,7 @@ class Plan:
         self.llm: Any = None
         self.embed: Any = None
         self.own_runtime = runtime is None
-        self.shared_runtime = runtime
+        self.given_runtime = runtime
         self.costs = runtime.costs if runtime is not None else CostModel()  # learned per node, all loops
         self._runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runtime] = weakref.WeakKeyDictionary()
         if runtime is None:
@@ -109,23 +124,29 @@ class Plan:
         return ""
 
     def runtime(self) -> Runtime:
-        """The runtime for the running event loop (its schedulers hold loop-bound state)."""
-        if self.shared_runtime is not None:
-            return self.shared_runtime
+        """The chain's runtime on the running event loop: its own (it grows when a routing function
+        picks a model met at run time, see :meth:`capture`), on the loop's shared engine schedulers."""
+        if self.given_runtime is not None:
+            return self.given_runtime
         loop = asyncio.get_running_loop()
         rt = self._runtimes.get(loop)
         if rt is None:
-            # The LLM scheduler admits as many requests as stock would have in flight: vLLM batches
-            # them (a small cap would shrink its batches) and orders them by the priority Ayo passes.
-            configs = {"llm": SchedulerConfig(max_inflight=self.options.llm_inflight)}
-            rt = Runtime(Engines(llm=self.llm, embed=self.embed), policy=self.options.policy, configs=configs,
-                         costs=self.costs)
+            rt = runtime_on_shared_schedulers(self.engines(), self.options.policy, configs=self.scheduler_configs(),
+                                              loop=loop, costs=self.costs)
             self._runtimes[loop] = rt
         return rt
 
+    def engines(self) -> dict[str, Any]:
+        return {kind: e for kind, e in (("llm", self.llm), ("embed", self.embed)) if e is not None}
+
+    def scheduler_configs(self) -> dict[str, SchedulerConfig]:
+        # The LLM scheduler admits as many requests as stock would have in flight: vLLM batches
+        # them (a small cap would shrink its batches) and orders them by the priority Ayo passes.
+        return {"llm": llm_config(self.options.llm_inflight)}
+
     @property
     def policy(self) -> str:
-        return self.shared_runtime.policy.name if self.shared_runtime is not None else self.options.policy
+        return self.given_runtime.policy.name if self.given_runtime is not None else self.options.policy
 
     # ---- options the lowerers read ------------------------------------------------------
     @property
@@ -156,11 +177,7 @@ class Plan:
         self._register(module, discover=self.own_runtime)
         if (self.llm, self.embed) != had:  # first engines met at run time (a routing function's choice)
             for rt in list(self._runtimes.values()):
-                rt.engines = Engines(llm=self.llm, embed=self.embed)
-                for kind, engine in rt.engines.items():
-                    if kind not in rt.schedulers:
-                        config = SchedulerConfig(max_inflight=self.options.llm_inflight) if kind == "llm" else None
-                        rt.schedulers[kind] = EngineScheduler(kind, engine, rt.policy, config)
+                rt.add_engines(self.engines(), self.scheduler_configs())
         self._dynamic[id(runnable)] = (runnable, module)  # keeps runnable alive: ids stay unique
         # A routing function may build a new runnable per call: keep the most recent ones only.
         while len(self._dynamic) > DYNAMIC_CACHE:
@@ -191,7 +208,7 @@ class Plan:
             self.capturer.opaque.append((m.label(), "include_response_headers: the model's own client calls"))
             return
         if self.llm is None and discover:
-            self.llm_endpoint, self.llm = endpoint, eng.llm_engine(*endpoint)
+            self.llm_endpoint, self.llm = endpoint, eng.llm_engine(*endpoint, api_key=eng.model_api_key(m.model))
         if self.llm_endpoint is None and self.llm is not None:
             self.llm_endpoint = (eng.normalize_url(self.llm.base_url), self.llm.model)
         if endpoint == self.llm_endpoint and id(m) not in self.routed:
@@ -254,7 +271,7 @@ class OptimizedRunnable(Runnable):
         if self.as_is(kwargs):
             return self.wrapped.invoke(input, config, **kwargs)
         self.last_traces = []
-        return _loop.run_sync(self._invoke(input, config, sync=True))
+        return bridge.run_sync(self._invoke(input, config, sync=True), "invoke()")
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         if self.as_is(kwargs):
@@ -269,7 +286,7 @@ class OptimizedRunnable(Runnable):
         if not inputs:
             return []
         self.last_traces = []
-        return _loop.run_sync(self._batch(inputs, config, return_exceptions, sync=True))
+        return bridge.run_sync(self._batch(inputs, config, return_exceptions, sync=True), "batch()")
 
     async def abatch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
                      return_exceptions: bool = False, **kwargs: Any) -> list[Any]:
@@ -284,7 +301,7 @@ class OptimizedRunnable(Runnable):
         if self.as_is(kwargs) or self.streams_as_is():
             yield from self.wrapped.stream(input, config, **kwargs)
             return
-        yield from _loop.iter_sync(self._astream(input, config, sync=True))
+        yield from bridge.iter_sync(self._astream(input, config, sync=True))
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         as_is = self.as_is(kwargs) or self.streams_as_is()
@@ -413,7 +430,7 @@ class OptimizedRunnable(Runnable):
                     it = steps[j].runnable.transform(it, cfg_of(j))
                 return it
 
-            chunks: AsyncIterator[Any] = _loop.in_thread(source, pipeline)
+            chunks: AsyncIterator[Any] = bridge.in_thread(source, pipeline)
         else:
             chunks = source
             for j in range(at + 1, len(steps)):

@@ -295,7 +295,7 @@ def _query(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     query = args[0] if args else next(iter(kwargs.values()))
     call = events.QueryCall(instance, query)  # the stock query()'s events, which this hook replaces
     with call.span() as done:
-        return done(LOOP.run(run_call_query(state, instance, query)))
+        return done(LOOP.run_sync(run_call_query(state, instance, query)))
 
 
 def _aquery(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -144,7 +144,7 @@ class PendingIngest:
             return
         from ayo_llamaindex.runtime import direct_embed_send
 
-        LOOP.run(self.run(direct_embed_send(self.embed)))
+        LOOP.run_sync(self.run(direct_embed_send(self.embed)))
 
 
 def register(p: PendingIngest) -> None:

@@ -115,7 +115,7 @@ class OptimizedQueryEngine(BaseQueryEngine):
     # for the stock engine's _query): an engine defining query() itself has only its own spans
     def _answer(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         with self._query_event(query_bundle) as event:
-            response = LOOP.run(self._run(query_bundle))  # the caller's context (event stack, span) goes along
+            response = LOOP.run_sync(self._run(query_bundle))  # the caller's context (event stack, span) goes along
             event.on_end(payload={EventPayload.RESPONSE: response})
         return response
 

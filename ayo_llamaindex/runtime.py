@@ -1,26 +1,29 @@
-"""Where optimized LlamaIndex pipelines run: shared engines, one Ayo Runtime, one event loop.
+"""Where optimized LlamaIndex pipelines run: the core's shared engines, runtimes and loop.
 
-All optimized query engines and functions of a process share one background event
-loop thread and, per set of engines, one ``ayo_core.runtime.Runtime``: concurrent
-queries from any thread meet in the same engine schedulers (that is where
-cross-query batching and critical-path priorities happen). Synchronous callers
-block on a future; async callers await it without blocking their own loop.
+All optimized query engines and functions of a process run on the core's one background
+event loop (:mod:`ayo_core.runtime.bridge`) and, per set of engines, on the core's shared
+``Runtime`` (:func:`ayo_core.runtime.shared_runtime`): concurrent queries from any thread,
+and LangChain chains on the same engines, meet in the same engine schedulers (that is where
+cross-query batching and critical-path priorities happen). What stays here is LlamaIndex's
+own: which binding maps to which engine kind, and how a node calls the user's objects the
+way stock would.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import logging
 import os
-import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ayo_core.engines.registry import get_embedding_engine, get_llm_engine
+from ayo_core.runtime import Runtime, bridge, llm_config, shared_runtime
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.llm import LLMBinding, LLMRequest
+from ayo_shims import python_runtime
 
 log = logging.getLogger(__name__)
 
@@ -38,78 +41,10 @@ def embed_threads(overlap: bool) -> int | None:
     return OVERLAP_EMBED_THREADS if overlap else None
 
 
-def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The default handler, except for other loops' HTTP clients finalized on ours.
-
-    The openai SDK's async client closes itself from ``__del__`` with a task on *the running
-    loop*: when the garbage collector happens to collect a client of a caller's finished
-    ``asyncio.run`` while this thread runs, that task lands here and fails with "Event loop is
-    closed" (its sockets belong to the dead loop), logged as "Task exception was never
-    retrieved". Nothing of ours failed, and there is nothing left to close: debug log only.
-    """
-    exc, task = context.get("exception"), context.get("future")
-    coro = getattr(task, "get_coro", lambda: None)()
-    if (isinstance(exc, RuntimeError) and "Event loop is closed" in str(exc)
-            and getattr(coro, "__qualname__", "").endswith("aclose")):
-        log.debug("ignored a foreign client's close on Ayo's loop: %s", context.get("message"))
-        return
-    loop.default_exception_handler(context)
-
-
-class _LoopThread:
-    """One daemon thread running the adapter's event loop."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    def loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None or not self._thread or not self._thread.is_alive():
-                ready = threading.Event()
-                loop = asyncio.new_event_loop()
-                loop.set_exception_handler(_exception_handler)
-
-                def run() -> None:
-                    asyncio.set_event_loop(loop)
-                    ready.set()
-                    loop.run_forever()
-
-                self._thread = threading.Thread(target=run, name="ayo-llamaindex-loop", daemon=True)
-                self._thread.start()
-                ready.wait()
-                self._loop = loop
-            return self._loop
-
-    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
-        loop = self.loop()
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("an Ayo-optimized LlamaIndex call was made from inside Ayo's own event loop "
-                               "(a node calling back into an optimized engine); call the stock object there")
-        return asyncio.run_coroutine_threadsafe(coro, loop)
-
-    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run ``coro`` on the adapter loop and block this thread until it finishes."""
-        fut = self.submit(coro)
-        try:
-            return fut.result()
-        except BaseException:
-            fut.cancel()
-            raise
-
-    async def arun(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Await ``coro`` running on the adapter loop from any other event loop."""
-        fut = self.submit(coro)
-        try:
-            return await asyncio.wrap_future(fut)
-        except asyncio.CancelledError:
-            fut.cancel()
-            raise
-
-
-LOOP = _LoopThread()
+# Every optimized engine's sync query runs on the process's one background loop (shared with the
+# LangChain adapter); aquery awaits it with LOOP.arun from the caller's loop.
+LOOP = bridge.BRIDGE
+bridge.use_executor(python_runtime.daemon_pool)
 
 # The caller's event loop while Ayo runs an ``aquery`` (None for a sync ``query``). Set inside
 # the query's own task on Ayo's loop, so every node task of that query (a copy of its context)
@@ -158,57 +93,19 @@ class EngineAssignment:
             return None
         return self.embed_kinds.get(_embed_key(binding))
 
-    @property
-    def key(self) -> tuple:
-        return tuple(sorted((k, id(e)) for k, e in self.engines.items()))
-
 
 def _embed_key(binding: EmbedBinding) -> tuple:
     return tuple(sorted(binding.engine_options().items()))
 
 
-# api_key values that mean "no key" (the stock client still sends them; a keyless server ignores them)
-PLACEHOLDER_KEYS = {"", "none", "null", "fake", "unused", "empty", "dummy", "not-needed", "no-key", "x", "-",
-                    "sk-no-key-required", "token-abc123"}
-_keyed: dict[tuple[str, str, str], Any] = {}
-
-
 def llm_engine_for(base_url: str, model: str, api_key: str, timeout: float) -> Any:
-    """The shared engine for an endpoint; one that sends the user's key when it is a real one."""
-    from ayo_core.engines import get_llm_engine
-
-    if api_key.strip().lower() in PLACEHOLDER_KEYS:
-        return get_llm_engine(base_url, model=model, timeout=timeout)
-    key = (base_url, model, api_key)
-    with _runtimes_lock:
-        if key not in _keyed:
-            _keyed[key] = _keyed_engine_class()(base_url, model=model, timeout=timeout, api_key=api_key)
-        return _keyed[key]
-
-
-def _keyed_engine_class() -> type:
-    from ayo_core.engines import LLMEngine
-
-    class KeyedLLMEngine(LLMEngine):
-        """``LLMEngine`` that authenticates like the openai SDK (``Authorization: Bearer <key>``)."""
-
-        def __init__(self, *args: Any, api_key: str, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._auth = {"Authorization": f"Bearer {api_key}"}
-
-        def _client(self) -> Any:
-            client = super()._client()  # one httpx client per event loop, created by the base class
-            client.headers.update(self._auth)
-            return client
-
-    return KeyedLLMEngine
+    """The process's shared engine for an endpoint (one that sends the user's key when it is a real one)."""
+    return get_llm_engine(base_url, model=model, api_key=api_key, timeout=timeout)
 
 
 def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: bool = False) -> EngineAssignment:
     """Shared engines (``ayo_core.engines`` registry) for every recognized binding; ``overlap``:
     embedding runs alongside decoding (see :func:`embed_threads`)."""
-    from ayo_core.engines import get_embedding_engine
-
     out = EngineAssignment()
     for b in llms:
         if b.recognized and b.endpoint not in out.llm_kinds:
@@ -225,48 +122,14 @@ def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: 
     return out
 
 
-_runtimes: dict[tuple, Any] = {}
-_runtimes_lock = threading.Lock()
-PRIORITY_SPAN = 60_000  # the slack (ms) range mapped below the server's default priority 0
+LLM_INFLIGHT = 64  # LLM requests a LlamaIndex pipeline lets the engine batch at once
 
 
-class NeverBelowDefault:
-    """A named policy whose engine priorities never rank our requests behind foreign traffic.
-
-    vLLM serves lower ``priority`` first and every client that sets none sends 0. The core
-    policies map slack (or depth) to priorities >= 0, so on a server shared with other
-    clients a request with any slack waits for all their requests: we measured a query
-    expansion starved for 40 s behind another app's load. Shifting by ``PRIORITY_SPAN``
-    keeps the policy's order among Ayo's requests (critical path first) while nothing of
-    ours is worse than the default; background work with more slack than the span sits
-    at the default.
-    """
-
-    def __init__(self, name: str) -> None:
-        from ayo_core.runtime import get_policy
-
-        self.base = get_policy(name)
-        self.name = self.base.name
-
-    def key(self, req: Any) -> tuple:
-        return self.base.key(req)
-
-    def priority(self, req: Any) -> int:
-        return min(0, int(self.base.priority(req)) - PRIORITY_SPAN)
-
-
-def runtime_for(assignment: EngineAssignment, policy: str = "critical_path") -> Any:
-    """The shared ``Runtime`` over exactly these engines (one per engine set and policy)."""
-    from ayo_core.runtime import Engines, Runtime, SchedulerConfig
-
-    key = (assignment.key, policy)
-    with _runtimes_lock:
-        rt = _runtimes.get(key)
-        if rt is None:
-            configs = {k: SchedulerConfig(max_inflight=64) for k in assignment.engines if k.startswith("llm")}
-            rt = Runtime(Engines(**assignment.engines), policy=NeverBelowDefault(policy), configs=configs)
-            _runtimes[key] = rt
-        return rt
+def runtime_for(assignment: EngineAssignment, policy: str = "critical_path") -> Runtime:
+    """The shared ``Runtime`` over exactly these engines on the running (bridge) loop: the core's
+    one per engine set and policy, whose schedulers LangChain chains on these engines share too."""
+    configs = {k: llm_config(LLM_INFLIGHT) for k in assignment.engines if k.startswith("llm")}
+    return shared_runtime(assignment.engines, policy, configs=configs)
 
 
 # -- what node fns use to reach engines ---------------------------------------------------
@@ -318,8 +181,6 @@ def direct_embed_send(binding: EmbedBinding) -> Callable[..., Awaitable[list[lis
     """An embed ``send`` straight to the shared engine (no scheduler): for work outside any graph."""
     if not binding.recognized:
         return None
-    from ayo_core.engines import get_embedding_engine
-
     engine = get_embedding_engine(torch_threads=embed_threads(False), **binding.engine_options())
 
     async def send(texts: list[str], kind: str = "text", batch_size: int | None = None) -> list[list[float]]:

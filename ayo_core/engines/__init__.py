@@ -15,7 +15,8 @@ _EXPORTS = {
                                    "EmbeddingStats"),
     "ayo_core.engines.vectorstore": ("VectorStoreEngine", "VectorHit", "VectorStoreError"),
     "ayo_core.engines.reranker": ("LLMReranker", "CrossEncoderReranker", "RerankResult", "parse_score"),
-    "ayo_core.engines.registry": ("get_llm_engine", "get_embedding_engine", "get_vector_store", "reset_engines"),
+    "ayo_core.engines.registry": ("get_llm_engine", "get_embedding_engine", "get_vector_store", "reset_engines",
+                                  "KeyedLLMEngine", "PLACEHOLDER_KEYS", "is_placeholder_key"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "EmbeddingEngineError",
     "EmbeddingQueueFull",
     "EmbeddingStats",
+    "KeyedLLMEngine",
     "LLMEngine",
     "LLMEngineError",
     "LLMRequestError",
@@ -31,6 +33,7 @@ __all__ = [
     "LLMResult",
     "LLMServer",
     "LLMServerError",
+    "PLACEHOLDER_KEYS",
     "RerankResult",
     "StopStream",
     "VectorHit",
@@ -39,6 +42,7 @@ __all__ = [
     "get_embedding_engine",
     "get_llm_engine",
     "get_vector_store",
+    "is_placeholder_key",
     "main_serve",
     "parse_score",
     "reset_engines",
@@ -50,7 +54,15 @@ if TYPE_CHECKING:
     from ayo_core.engines.embedding import EmbeddingEngine, EmbeddingEngineError, EmbeddingQueueFull, EmbeddingStats
     from ayo_core.engines.llm_client import LLMEngine, LLMEngineError, LLMRequestError, LLMResult, StopStream
     from ayo_core.engines.llm_server import LLMServer, LLMServerError, main_serve, serve_llm, start_server
-    from ayo_core.engines.registry import get_embedding_engine, get_llm_engine, get_vector_store, reset_engines
+    from ayo_core.engines.registry import (
+        PLACEHOLDER_KEYS,
+        KeyedLLMEngine,
+        get_embedding_engine,
+        get_llm_engine,
+        get_vector_store,
+        is_placeholder_key,
+        reset_engines,
+    )
     from ayo_core.engines.reranker import CrossEncoderReranker, LLMReranker, RerankResult, parse_score
     from ayo_core.engines.vectorstore import VectorHit, VectorStoreEngine, VectorStoreError
 

@@ -1,8 +1,9 @@
 """Process-wide shared engines, so adapters and the stock baseline run on the very same ones.
 
-Engines are keyed by what identifies them (server URL and model; model folder and
-encode settings; store path or URL). ``reset_engines()`` closes and forgets them
-(tests, or a benchmark that wants a cold start).
+Engines are keyed by what identifies them (server URL, model and API key; model folder and
+encode settings; store path or URL): every adapter of a process gets one ``LLMEngine`` per
+server and model, whichever framework's objects point at it. ``reset_engines()`` closes
+and forgets them (tests, or a benchmark that wants a cold start).
 """
 
 from __future__ import annotations
@@ -15,23 +16,50 @@ from typing import Any
 from ayo_core.engines.llm_client import DEFAULT_MODEL, LLMEngine
 
 _lock = threading.Lock()
-_llm: dict[tuple[str, str], LLMEngine] = {}
+_llm: dict[tuple[str, str, str], LLMEngine] = {}
 _embed: dict[tuple[Any, ...], Any] = {}
 _vector: dict[tuple[str, str], Any] = {}
 
+# api_key values that mean "no key": clients (the openai SDK, LangChain, LlamaIndex) still send
+# them, and a keyless server ignores them, so they share the keyless engine.
+PLACEHOLDER_KEYS = frozenset({"", "none", "null", "fake", "unused", "empty", "dummy", "not-needed", "no-key", "x",
+                              "-", "sk-no-key-required", "token-abc123"})
 
-def get_llm_engine(base_url: str | None = None, model: str = DEFAULT_MODEL, **kwargs: Any) -> LLMEngine:
-    """The shared ``LLMEngine`` for ``base_url`` (default ``$AYO_LLM_URL``) and ``model``.
-    ``kwargs`` (timeouts) only apply when the engine is first created."""
+
+class KeyedLLMEngine(LLMEngine):
+    """``LLMEngine`` that authenticates like the openai SDK (``Authorization: Bearer <key>``)."""
+
+    def __init__(self, *args: Any, api_key: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._auth = {"Authorization": f"Bearer {api_key}"}
+
+    def _client(self) -> Any:
+        client = super()._client()  # one httpx client per event loop, created by the base class
+        client.headers.update(self._auth)
+        return client
+
+
+def is_placeholder_key(api_key: str | None) -> bool:
+    """Whether ``api_key`` means "no key" (None, empty, or a placeholder such as ``"none"``/``"EMPTY"``)."""
+    return api_key is None or api_key.strip().lower() in PLACEHOLDER_KEYS
+
+
+def get_llm_engine(base_url: str | None = None, model: str = DEFAULT_MODEL, api_key: str | None = None,
+                   **kwargs: Any) -> LLMEngine:
+    """The shared ``LLMEngine`` for ``base_url`` (default ``$AYO_LLM_URL``) and ``model``; with a real
+    ``api_key`` (not a placeholder), one that sends it. ``kwargs`` (timeouts) only apply when the
+    engine is first created."""
     url = base_url or os.environ.get("AYO_LLM_URL")
     if not url:
         raise ValueError("get_llm_engine needs base_url= or AYO_LLM_URL: start a server with "
                          "`ayo serve` or `with ayo_core.serve_llm() as base_url:`")
-    key = (url.rstrip("/"), model)
+    key = "" if is_placeholder_key(api_key) else str(api_key)
+    ident = (url.rstrip("/"), model, key)
     with _lock:
-        if key not in _llm:
-            _llm[key] = LLMEngine(url, model=model, **kwargs)
-        return _llm[key]
+        if ident not in _llm:
+            _llm[ident] = (KeyedLLMEngine(url, model=model, api_key=key, **kwargs) if key
+                           else LLMEngine(url, model=model, **kwargs))
+        return _llm[ident]
 
 
 def get_embedding_engine(model_path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any:

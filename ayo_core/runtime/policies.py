@@ -78,6 +78,33 @@ def get_policy(policy: str | Policy) -> Policy:
         raise ValueError(f"unknown scheduling policy {policy!r}; valid policies: {', '.join(POLICIES)}") from None
 
 
+# The slack (ms) range mapped below the server's default priority 0 by NeverBelowDefault.
+PRIORITY_SPAN = 60_000
+
+
+class NeverBelowDefault:
+    """A named policy whose engine priorities never rank Ayo's requests behind foreign traffic.
+
+    vLLM serves lower ``priority`` first and every client that sets none sends 0. The core
+    policies map slack (or depth) to priorities >= 0, so on a server shared with other
+    clients a request with any slack waits for all their requests: we measured a query
+    expansion starved for 40 s behind another app's load. Shifting by ``PRIORITY_SPAN``
+    keeps the policy's order among Ayo's requests (critical path first) while nothing of
+    ours is worse than the default; background work with more slack than the span sits
+    at the default. Every shared runtime (:mod:`ayo_core.runtime.shared`) uses it.
+    """
+
+    def __init__(self, policy: str | Policy) -> None:
+        self.base = get_policy(policy)
+        self.name = self.base.name
+
+    def key(self, req: EngineRequest) -> tuple:
+        return self.base.key(req)
+
+    def priority(self, req: EngineRequest) -> int:
+        return min(0, int(self.base.priority(req)) - PRIORITY_SPAN)
+
+
 # Rough seconds per op when neither the node nor measurements give a cost: only the
 # ratios matter (they rank slack), and measurements replace them after one query.
 DEFAULT_OP_COST = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ayo_core.graph import Graph, Op
@@ -29,6 +29,7 @@ from ayo_core.trace import Trace
 
 log = logging.getLogger(__name__)
 _query_ids = itertools.count()
+SchedulerFactory = Callable[[str, Any, Policy, "SchedulerConfig | None"], EngineScheduler]
 
 
 class Runtime:
@@ -38,20 +39,34 @@ class Runtime:
     raises listing these); ``configs`` overrides :class:`SchedulerConfig` per
     engine kind; ``inline_sync`` runs plain (sync) node fns on the event loop
     instead of a thread (deterministic under a virtual clock; only for fns
-    that do not block).
+    that do not block). ``scheduler_factory(kind, engine, policy, config)`` makes each
+    engine's scheduler (default: a new :class:`EngineScheduler`; shared runtimes hand out
+    one per engine and event loop, see :mod:`ayo_core.runtime.shared`).
     """
 
     def __init__(self, engines: Engines | None = None, policy: str | Policy = "critical_path",
                  configs: Mapping[str, SchedulerConfig] | None = None, inline_sync: bool = False,
-                 costs: CostModel | None = None):
+                 costs: CostModel | None = None, scheduler_factory: SchedulerFactory | None = None):
         self.engines = engines or Engines()
         self.policy = get_policy(policy)
+        self._scheduler_factory = scheduler_factory or EngineScheduler
         configs = configs or {}
         self.schedulers: dict[str, EngineScheduler] = {
-            kind: EngineScheduler(kind, engine, self.policy, configs.get(kind)) for kind, engine in self.engines.items()
+            kind: self._scheduler_factory(kind, engine, self.policy, configs.get(kind))
+            for kind, engine in self.engines.items()
         }
         self.inline_sync = inline_sync
         self.costs = costs or CostModel()
+
+    def add_engines(self, engines: Mapping[str, Any], configs: Mapping[str, SchedulerConfig] | None = None) -> None:
+        """Schedule engines met after construction (a routing function's choice, captured at run time):
+        queries already running reach them too. Kinds already scheduled keep their engine."""
+        added = {kind: engine for kind, engine in engines.items() if kind not in self.schedulers}
+        if not added:
+            return
+        self.engines = Engines(**{**dict(self.engines.items()), **added})
+        for kind, engine in added.items():
+            self.schedulers[kind] = self._scheduler_factory(kind, engine, self.policy, (configs or {}).get(kind))
 
     async def run(self, graph: Graph, inputs: Mapping[str, Any] | None = None, timeout: float | None = None,
                   query_id: str | None = None) -> tuple[Any, Trace]:

@@ -20,15 +20,9 @@ OUR_PACKAGES = ("ayo_core", "ayo_langchain", "ayo_llamaindex", "ayo_shims", "__f
 INTERNAL_DUNDERS = {"__private_attributes__", "__pydantic_private__", "__pydantic_fields__",
                     "__pydantic_generic_metadata__"}
 
-# Reaches in files other slices of issue 12 are moving or rewriting (``_loop.py`` into ayo_core,
-# ``lower.py`` / ``capture.py`` rewritten): file -> internal -> the shim to call instead.
+# Reaches in files other slices of issue 12 are rewriting (``lower.py`` / ``capture.py``): file -> internal -> the shim to call instead.
 # Delete an entry when its file stops touching it; nothing may be added here.
 PENDING: dict[str, dict[str, str]] = {
-    "_loop.py": dict.fromkeys(
-        ["concurrent.futures.thread._worker", "concurrent.futures.thread._WorkItem", "_shutdown_lock",
-         "_shutdown", "_work_queue", "_idle_semaphore", "_threads", "_max_workers", "_thread_name_prefix",
-         "_initializer", "_initargs"],
-        "the loop thread moves into ayo_core (which may not import ayo_shims): a CPython touchpoint there"),
     "lower.py": {"_call_with_config": "ayo_shims.langchain.call_with_config",
                  "_acall_with_config": "ayo_shims.langchain.acall_with_config"},
     "capture.py": {"__pydantic_generic_metadata__": "ayo_shims.langchain.generic_origin"},

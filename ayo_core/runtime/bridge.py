@@ -1,0 +1,253 @@
+"""The sync/async bridge: one background event loop per process, shared by every adapter.
+
+Why one long-lived loop rather than ``asyncio.run`` per call: the runtime's schedulers and
+the engines' HTTP clients keep per-loop state worth reusing, and concurrent sync calls from
+several threads (LlamaIndex ``query``, LangChain ``invoke``/``batch``/``stream``) must meet
+in one runtime so the engine schedulers batch and prioritize them together. Async methods
+do not come here unless an adapter sends them (LangChain's run on the caller's loop, as
+stock does; LlamaIndex's ``aquery`` awaits the bridge loop with :func:`arun`).
+
+The loop's default executor (``asyncio.to_thread``, sync user objects) is made by the
+factory an adapter installs with :func:`use_executor` (``ayo_shims`` has a daemon pool
+that keeps serving user threads after the main thread ends); the core cannot import it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ayo_core.runtime.errors import NodeFailed
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+# Worker threads of the loop's executor: as many as a stock sync batch would use (one per
+# input up to max_concurrency), not asyncio's cores + 4.
+WORKERS = 64
+THREAD_NAME = "ayo-loop"
+ExecutorFactory = Callable[[int, str], ThreadPoolExecutor]
+_END = object()
+
+
+def _plain_pool(max_workers: int, thread_name_prefix: str) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+
+
+def _exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The default handler, except for two reports that are not failures of anything.
+
+    - Other loops' HTTP clients finalized on ours: the openai SDK's async client closes itself
+      from ``__del__`` with a task on *the running loop*; when the garbage collector collects a
+      client of a caller's finished ``asyncio.run`` while this thread runs, that task lands here
+      and fails with "Event loop is closed" (its sockets belong to the dead loop).
+    - A failed query's per-part tasks collected unretrieved: their ``NodeFailed`` already failed
+      the query and reached the caller. (Formatting their tracebacks from a garbage collection
+      can also land inside ``ast.parse`` and trip CPython.)
+    """
+    exc, task = context.get("exception"), context.get("future")
+    coro = getattr(task, "get_coro", lambda: None)()
+    if (isinstance(exc, RuntimeError) and "Event loop is closed" in str(exc)
+            and getattr(coro, "__qualname__", "").endswith("aclose")):
+        log.debug("ignored a foreign client's close on Ayo's loop: %s", context.get("message"))
+        return
+    if isinstance(exc, NodeFailed) and "never retrieved" in context.get("message", ""):
+        return
+    loop.default_exception_handler(context)
+
+
+class Bridge:
+    """One daemon thread running Ayo's event loop; sync and foreign-loop callers reach it here."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._executor_factory: ExecutorFactory = _plain_pool
+
+    def use_executor(self, factory: ExecutorFactory) -> None:
+        """Make the loop's default executor with ``factory(max_workers, thread_name_prefix)``
+        (now, if the loop already runs, and on every restart)."""
+        with self._lock:
+            if factory is self._executor_factory:
+                return
+            self._executor_factory = factory
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.set_default_executor(factory(WORKERS, THREAD_NAME))
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The background loop (started on first use, and again if its thread died)."""
+        with self._lock:
+            if (self._loop is None or self._loop.is_closed() or self._thread is None
+                    or not self._thread.is_alive()):
+                self._loop, self._thread = self._start()
+            return self._loop
+
+    def _start(self) -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+        loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_exception_handler)
+        loop.set_default_executor(self._executor_factory(WORKERS, THREAD_NAME))
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+
+        thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
+        thread.start()
+        ready.wait()
+        return loop, thread
+
+    def on_loop_thread(self) -> bool:
+        """Whether the caller runs on the bridge loop's own thread (where a sync wait would deadlock)."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def _refuse_on_loop(self, what: str) -> None:
+        if self.on_loop_thread():
+            raise RuntimeError(
+                f"{what} was called on Ayo's own event loop thread, where waiting for it would deadlock "
+                "(a node or callback calling back into an optimized object); there, use the async method "
+                "(aquery / ainvoke / abatch / astream) or call the stock object")
+
+    def submit(self, coro: Coroutine[Any, Any, T], what: str = "a synchronous Ayo call") -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the loop; a future for its result."""
+        loop = self.loop()
+        try:
+            self._refuse_on_loop(what)
+        except RuntimeError:
+            coro.close()
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def run_sync(self, coro: Coroutine[Any, Any, T], what: str = "a synchronous Ayo call") -> T:
+        """Run ``coro`` on the loop and block this thread until it finishes (an interrupt cancels it)."""
+        fut = self.submit(coro, what)
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()
+            raise
+
+    async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` running on the bridge loop from any other event loop; cancelling the
+        awaiting task cancels ``coro``."""
+        fut = self.submit(coro, "an async Ayo call awaited")
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+
+    def iter_sync(self, agen: AsyncIterator[T], what: str = "stream()") -> Iterator[T]:
+        """Iterate an async iterator running on the loop, from sync code (stopping early cancels it)."""
+        self._refuse_on_loop(what)
+        items: queue.Queue = queue.Queue()
+
+        async def pump() -> None:
+            try:
+                async for item in agen:
+                    items.put((item, None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                items.put((_END, exc))
+                return
+            items.put((_END, None))
+
+        fut = asyncio.run_coroutine_threadsafe(pump(), self.loop())
+        try:
+            yield from _drain(items.get)
+        finally:
+            if not fut.done():
+                fut.cancel()
+
+
+def _drain(get: Callable[[], tuple[Any, BaseException | None]]) -> Iterator[Any]:
+    """Items from ``get()`` until the ``(_END, exc)`` marker; re-raises ``exc`` when set."""
+    while True:
+        item, exc = get()
+        if item is _END:
+            if exc is not None:
+                raise exc
+            return
+        yield item
+
+
+async def in_thread(source: AsyncIterator[Any] | None,
+                    pipeline: Callable[[Iterator[Any]], Iterator[Any]]) -> AsyncIterator[Any]:
+    """Run the sync iterator ``pipeline(items of source)`` in a worker thread of the running loop's
+    executor; yield its items here (a LangChain sync stream's ``transform`` steps, as stock runs them)."""
+    loop = asyncio.get_running_loop()
+    inbox: queue.Queue = queue.Queue()
+    outbox: asyncio.Queue = asyncio.Queue()
+
+    def work() -> None:
+        try:
+            for item in pipeline(_drain(inbox.get)):
+                loop.call_soon_threadsafe(outbox.put_nowait, (item, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            loop.call_soon_threadsafe(outbox.put_nowait, (_END, exc))
+            return
+        loop.call_soon_threadsafe(outbox.put_nowait, (_END, None))
+
+    async def pump() -> None:
+        try:
+            if source is not None:
+                async for item in source:
+                    inbox.put((item, None))
+        except BaseException as exc:  # noqa: BLE001 - raised inside the pipeline's iterator
+            inbox.put((_END, exc))
+            return
+        inbox.put((_END, None))
+
+    feeder = asyncio.ensure_future(pump())
+    loop.run_in_executor(None, work)
+    try:
+        while True:
+            item, exc = await outbox.get()
+            if item is _END:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:  # a consumer that stops early: the worker's iterator ends at the next item
+        if not feeder.done():
+            feeder.cancel()
+            inbox.put((_END, None))
+
+
+BRIDGE = Bridge()
+
+
+def loop() -> asyncio.AbstractEventLoop:
+    """The process's background loop (see :class:`Bridge`)."""
+    return BRIDGE.loop()
+
+
+def use_executor(factory: ExecutorFactory) -> None:
+    """Install the factory of the background loop's default executor (see :meth:`Bridge.use_executor`)."""
+    BRIDGE.use_executor(factory)
+
+
+def run_sync(coro: Coroutine[Any, Any, T], what: str = "a synchronous Ayo call") -> T:
+    """Run ``coro`` on the background loop and wait for it (from any thread but the loop's)."""
+    return BRIDGE.run_sync(coro, what)
+
+
+async def arun(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` on the background loop from another event loop (cancellation propagates)."""
+    return await BRIDGE.arun(coro)
+
+
+def iter_sync(agen: AsyncIterator[T], what: str = "stream()") -> Iterator[T]:
+    """Iterate an async iterator running on the background loop, from sync code."""
+    return BRIDGE.iter_sync(agen, what)
+
+
+def on_loop_thread() -> bool:
+    """Whether the caller runs on the background loop's thread."""
+    return BRIDGE.on_loop_thread()

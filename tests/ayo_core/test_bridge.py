@@ -1,0 +1,174 @@
+"""The sync/async bridge: one background loop, sync and foreign-loop callers, streams, error filters."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ayo_core.runtime import NodeFailed, bridge
+
+
+async def _value(x: Any) -> Any:
+    await asyncio.sleep(0)
+    return x
+
+
+def test_one_loop_thread_serves_every_sync_caller() -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def where() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    threads = [threading.Thread(target=lambda: loops.append(bridge.run_sync(where()))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(loops) == 4 and all(lp is bridge.loop() for lp in loops)
+    assert bridge.run_sync(_value(3)) == 3
+
+
+def test_sync_call_on_the_loop_thread_names_the_fix() -> None:
+    async def reenter() -> str:
+        assert bridge.on_loop_thread()
+        with pytest.raises(RuntimeError, match="ainvoke") as err:
+            bridge.run_sync(_value(1), "invoke()")
+        return str(err.value)
+
+    message = bridge.run_sync(reenter())
+    assert "invoke() was called on Ayo's own event loop thread" in message and "stock object" in message
+    assert not bridge.on_loop_thread()
+
+
+def test_errors_come_back_to_the_sync_caller() -> None:
+    async def boom() -> None:
+        raise KeyError("missing")
+
+    with pytest.raises(KeyError, match="missing"):
+        bridge.run_sync(boom())
+
+
+def test_arun_awaits_from_another_loop_and_cancellation_propagates() -> None:
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def work() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def caller() -> None:
+        assert await bridge.arun(_value("x")) == "x"
+        task = asyncio.ensure_future(bridge.arun(work()))
+        assert await asyncio.to_thread(started.wait, 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(caller())
+    assert cancelled.wait(5)
+
+
+def test_iter_sync_yields_then_reraises_and_stops_early() -> None:
+    async def items(fail: bool) -> Any:
+        for i in range(3):
+            yield i
+        if fail:
+            raise ValueError("bad part")
+
+    assert list(bridge.iter_sync(items(False))) == [0, 1, 2]
+    seen = []
+    with pytest.raises(ValueError, match="bad part"):
+        for x in bridge.iter_sync(items(True)):
+            seen.append(x)
+    assert seen == [0, 1, 2]
+
+    closed = threading.Event()
+
+    async def endless() -> Any:
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+                await asyncio.sleep(0.01)
+        finally:
+            closed.set()
+
+    it = bridge.iter_sync(endless())
+    assert next(it) == 0
+    it.close()  # the consumer stops: the producer on the loop is cancelled
+    assert closed.wait(5)
+
+
+def test_in_thread_runs_the_sync_pipeline_in_a_worker() -> None:
+    workers: list[str] = []
+
+    async def source() -> Any:
+        for i in range(3):
+            yield i
+
+    def pipeline(items: Any) -> Any:
+        for x in items:
+            workers.append(threading.current_thread().name)
+            yield x * 10
+
+    async def collect() -> list[int]:
+        return [x async for x in bridge.in_thread(source(), pipeline)]
+
+    assert bridge.run_sync(collect()) == [0, 10, 20]
+    assert workers and all(name != bridge.THREAD_NAME for name in workers)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
+        self.seen.append(context)
+
+
+class _Task:
+    def __init__(self, qualname: str) -> None:
+        self.qualname = qualname
+
+    def get_coro(self) -> Any:
+        return SimpleNamespace(__qualname__=self.qualname)
+
+
+def test_exception_handler_drops_foreign_closes_and_unretrieved_node_failures() -> None:
+    loop = _Recorder()
+    foreign_close = {"message": "Task exception was never retrieved", "future": _Task("AsyncClient.aclose"),
+                     "exception": RuntimeError("Event loop is closed")}
+    failed_part = {"message": "Task exception was never retrieved",
+                   "exception": NodeFailed("q", "n", "m", "decode", ValueError("x"))}
+    real = {"message": "Task exception was never retrieved", "future": _Task("work"),
+            "exception": RuntimeError("Event loop is closed")}
+    for context in (foreign_close, failed_part, real):
+        bridge._exception_handler(loop, context)  # type: ignore[arg-type]
+    assert loop.seen == [real]
+
+
+def test_use_executor_applies_to_the_running_loop() -> None:
+    made: list[int] = []
+
+    def factory(workers: int, prefix: str) -> Any:
+        from concurrent.futures import ThreadPoolExecutor
+
+        made.append(workers)
+        return ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{prefix}-test")
+
+    bridge.loop()
+    previous = bridge.BRIDGE._executor_factory
+    try:
+        bridge.use_executor(factory)
+        name = bridge.run_sync(asyncio.to_thread(lambda: threading.current_thread().name))
+        assert made == [bridge.WORKERS] and name.startswith(f"{bridge.THREAD_NAME}-test")
+    finally:
+        bridge.use_executor(previous)
