@@ -21,6 +21,7 @@ from llama_index.core.base.embeddings.base import mean_agg
 
 from ayo_llamaindex import events
 from ayo_llamaindex._util import overridden
+from ayo_shims import llamaindex as shim
 
 EmbedSend = Callable[..., Awaitable[list[list[float]]]]  # (texts, kind=..., batch_size=...) -> vectors
 
@@ -46,7 +47,7 @@ class EmbedBinding:
 
     def engine_options(self) -> dict[str, Any]:
         """``EmbeddingEngine`` keyword arguments that reproduce the stock model's vectors."""
-        st = self.model._model
+        st = shim.sentence_transformer(self.model)
         prompts = getattr(st, "prompts", {}) or {}
         return {
             "model_path": str(Path(self.model.model_name).resolve()),
@@ -54,7 +55,7 @@ class EmbedBinding:
             "max_length": int(st.max_seq_length),
             "query_prompt": prompts.get("query") or "",
             "text_prompt": prompts.get("text") or "",
-            "device": str(getattr(self.model, "_device", "cpu") or "cpu"),
+            "device": str(shim.embedding_device(self.model) or "cpu"),
         }
 
     @property
