@@ -98,7 +98,7 @@ def recognize_embedding(model: Any) -> tuple[bool, str]:
     over = overridden(model, HuggingFaceEmbedding, _MIRRORED)
     if over:
         return False, f"{type(model).__name__} overrides {', '.join(over)}"
-    if getattr(model, "_parallel_process", False):
+    if shim.embedding_parallel_process(model):
         return False, "parallel_process=True"
     if getattr(model, "embeddings_cache", None) is not None:
         return False, "an embeddings_cache is set"

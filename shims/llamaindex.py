@@ -481,9 +481,10 @@ def cached_sdk_clients(llm: Any) -> tuple[Any, Any]:
 
 # -- embeddings ----------------------------------------------------------------------------
 
-declare(f"{_HF}.HuggingFaceEmbedding._model/_device", framework=HF_EMBED, checked=HF_EMBED_CHECKED,
-        why="Ayo's embedding engine loads the same sentence-transformers model with the same options",
-        check=has_private_attr(_HF, "HuggingFaceEmbedding", "_model", "_device"))
+declare(f"{_HF}.HuggingFaceEmbedding._model/_device/_parallel_process", framework=HF_EMBED,
+        checked=HF_EMBED_CHECKED, why="Ayo's embedding engine loads the same sentence-transformers model with the "
+        "same options (a multi-process model stays opaque)",
+        check=has_private_attr(_HF, "HuggingFaceEmbedding", "_model", "_device", "_parallel_process"))
 
 
 def sentence_transformer(embed_model: Any) -> Any:
@@ -492,3 +493,7 @@ def sentence_transformer(embed_model: Any) -> Any:
 
 def embedding_device(embed_model: Any) -> Any:
     return getattr(embed_model, "_device", "cpu")
+
+
+def embedding_parallel_process(embed_model: Any) -> bool:
+    return getattr(embed_model, "_parallel_process", False)
