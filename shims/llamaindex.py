@@ -104,7 +104,7 @@ def prompt_modules(obj: Any) -> Any:
     return obj._get_prompt_modules()
 
 
-declare(f"{_Q}.RetrieverQueryEngine._query/_aquery", framework=CORE, checked=CORE_CHECKED,
+declare("llama_index.core.base.base_query_engine.BaseQueryEngine._query/_aquery", framework=CORE, checked=CORE_CHECKED,
         why="an opaque query engine runs its own _query/_aquery inside the span Ayo's engine already opened",
         check=has_attr("llama_index.core.base.base_query_engine", "BaseQueryEngine", "_query", "_aquery"))
 
