@@ -22,8 +22,7 @@ from ayo_llamaindex.retrieval import retriever_kind
 from ayo_llamaindex.synthesis import synthesis_mode
 from ayo_shims import llamaindex as shim
 
-_ENGINE_MIRRORED = ("query", "aquery", "_query", "_aquery", "retrieve", "aretrieve", "synthesize", "asynthesize",
-                    "_apply_node_postprocessors", "_async_apply_node_postprocessors")
+_ENGINE_MIRRORED = shim.ENGINE_MIRRORED
 
 
 @dataclass

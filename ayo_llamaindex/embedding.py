@@ -25,9 +25,7 @@ from ayo_shims import llamaindex as shim
 
 EmbedSend = Callable[..., Awaitable[list[list[float]]]]  # (texts, kind=..., batch_size=...) -> vectors
 
-_MIRRORED = ("_embed", "_embed_with_retry", "_get_query_embedding", "_aget_query_embedding",
-             "_get_text_embedding", "_get_text_embeddings", "_aget_text_embedding", "_aget_text_embeddings",
-             "get_query_embedding", "get_text_embedding_batch", "get_agg_embedding_from_queries")
+_MIRRORED = shim.EMBEDDING_MIRRORED
 
 
 @dataclass

@@ -41,8 +41,7 @@ _IN_INGEST: contextvars.ContextVar[bool] = contextvars.ContextVar("ayo_in_ingest
 # PendingIngest holds its store, so the id cannot be reused while it is listed)
 _pending_by_store: dict[int, list[PendingIngest]] = {}
 _pending_lock = threading.Lock()
-_INDEX_MIRRORED = ("build_index_from_nodes", "_build_index_from_nodes", "_insert", "insert_nodes",
-                   "_add_nodes_to_index", "_async_add_nodes_to_index", "_get_node_with_embedding", "as_retriever")
+_INDEX_MIRRORED = shim.INDEX_MIRRORED
 _BARRIER_METHODS = ("add", "delete", "delete_nodes", "clear", "query", "get", "get_nodes", "persist")
 
 

@@ -35,12 +35,7 @@ log = logging.getLogger(__name__)
 
 # Methods whose stock behaviour we reproduce. A subclass overriding any of them
 # changes what is sent, so it stays opaque.
-_REQUEST_METHODS = (
-    "predict", "apredict", "complete", "acomplete", "chat", "achat", "_chat", "_achat",
-    "_complete", "_acomplete", "_get_model_kwargs", "_get_messages", "_get_prompt",
-    "_extend_prompt", "_extend_messages", "_parse_output", "_update_max_tokens",
-    "_use_chat_completions", "metadata",
-)
+_REQUEST_METHODS = shim.LLM_REQUEST_MIRRORED
 # Client-side options of the openai SDK that are not part of the JSON body.
 _CLIENT_ONLY_KWARGS = ("extra_headers", "extra_query", "timeout")
 

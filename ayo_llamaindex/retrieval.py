@@ -35,11 +35,8 @@ log = logging.getLogger(__name__)
 RetrieveFn = Callable[[QueryBundle], Awaitable[list[NodeWithScore]]]
 EmbedQueriesFn = Callable[[list[str]], Awaitable[list[float]]]
 
-_VECTOR_MIRRORED = ("retrieve", "_retrieve", "_get_nodes_with_embeddings", "_build_vector_store_query",
-                    "_handle_recursive_retrieval", "_needs_embedding")
-_FUSION_MIRRORED = ("retrieve", "_retrieve", "_get_queries", "_aget_queries", "_run_sync_queries",
-                    "_run_nested_async_queries", "_handle_recursive_retrieval", "_simple_fusion",
-                    "_reciprocal_rerank_fusion", "_relative_score_fusion")
+_VECTOR_MIRRORED = shim.VECTOR_RETRIEVER_MIRRORED
+_FUSION_MIRRORED = shim.FUSION_RETRIEVER_MIRRORED
 
 
 def retriever_kind(retriever: Any) -> tuple[str, str]:

@@ -36,14 +36,8 @@ MAX_STALLED_LEVELS = 3
 
 # Methods whose stock control flow is mirrored below; a subclass overriding one of
 # them does something else, so it stays opaque.
-_MIRRORED = {
-    SimpleSummarize: ("get_response", "aget_response", "synthesize", "asynthesize"),
-    TreeSummarize: ("get_response", "aget_response", "synthesize", "asynthesize"),
-    Refine: ("get_response", "aget_response", "_run_refine_loop", "_arun_refine_loop",
-             "_update_response", "_aupdate_response", "synthesize", "asynthesize"),
-    CompactAndRefine: ("get_response", "aget_response", "_make_compact_text_chunks", "_run_refine_loop",
-                       "_arun_refine_loop", "_update_response", "_aupdate_response", "synthesize", "asynthesize"),
-}
+_MIRRORED = {cls: shim.SYNTHESIZER_MIRRORED[cls.__name__]
+             for cls in (SimpleSummarize, TreeSummarize, Refine, CompactAndRefine)}
 MODE_OF = {CompactAndRefine: "compact", Refine: "refine", TreeSummarize: "tree_summarize",
            SimpleSummarize: "simple_summarize"}
 

@@ -497,3 +497,57 @@ def embedding_device(embed_model: Any) -> Any:
 
 def embedding_parallel_process(embed_model: Any) -> bool:
     return getattr(embed_model, "_parallel_process", False)
+
+
+# -- methods whose stock behaviour Ayo mirrors ----------------------------------------------
+# ``ayo_llamaindex`` reproduces what these methods do (or calls them at its own time); a user
+# subclass overriding one stays opaque (``_util.overridden`` compares them by identity). A
+# release that renames one would make the mirror stale without anyone noticing: declared here.
+
+def mirrored(module: str, qualname: str, methods: tuple[str, ...], *, framework: str = CORE,
+             checked: str = CORE_CHECKED, why: str) -> tuple[str, ...]:
+    """Declare that Ayo mirrors ``methods`` of ``module.qualname``; returns ``methods``."""
+    declare(f"{module}.{qualname} mirrored methods", framework=framework, checked=checked, why=why,
+            check=has_attr(module, qualname, *methods))
+    return methods
+
+
+ENGINE_MIRRORED = mirrored(_Q, "RetrieverQueryEngine", (
+    "query", "aquery", "_query", "_aquery", "retrieve", "aretrieve", "synthesize", "asynthesize",
+    "_apply_node_postprocessors", "_async_apply_node_postprocessors"),
+    why="the query engine's control flow is lowered to a graph")
+VECTOR_RETRIEVER_MIRRORED = mirrored(_RETRIEVERS, "VectorIndexRetriever", (
+    "retrieve", "_retrieve", "_get_nodes_with_embeddings", "_build_vector_store_query",
+    "_handle_recursive_retrieval", "_needs_embedding"), why="retrieval is split into embed + search")
+FUSION_RETRIEVER_MIRRORED = mirrored(_FUSION, "QueryFusionRetriever", (
+    "retrieve", "_retrieve", "_get_queries", "_aget_queries", "_run_sync_queries", "_run_nested_async_queries",
+    "_handle_recursive_retrieval", "_simple_fusion", "_reciprocal_rerank_fusion", "_relative_score_fusion"),
+    why="query expansion is a streamed decode feeding the retrievals, then the retriever's own fusion")
+_SYNTH_RESPONSE = ("get_response", "aget_response", "synthesize", "asynthesize")
+_REFINE_LOOP = ("_run_refine_loop", "_arun_refine_loop", "_update_response", "_aupdate_response")
+SYNTHESIZER_MIRRORED = {  # class name -> methods
+    "SimpleSummarize": mirrored(_SYNTH, "SimpleSummarize", _SYNTH_RESPONSE, why="simple_summarize is mirrored"),
+    "TreeSummarize": mirrored(_SYNTH, "TreeSummarize", _SYNTH_RESPONSE, why="tree_summarize is mirrored"),
+    "Refine": mirrored(_SYNTH, "Refine", _SYNTH_RESPONSE[:2] + _REFINE_LOOP + _SYNTH_RESPONSE[2:],
+                       why="refine is mirrored call by call"),
+    "CompactAndRefine": mirrored(_SYNTH, "CompactAndRefine", _SYNTH_RESPONSE[:2] + ("_make_compact_text_chunks",)
+                                 + _REFINE_LOOP + _SYNTH_RESPONSE[2:], why="compact is mirrored call by call"),
+}
+RERANK_MIRRORED = mirrored("llama_index.core.postprocessor", "LLMRerank", (
+    "postprocess_nodes", "_postprocess_nodes", "_get_node_batches", "_get_predict_kwargs", "_parse_raw_response"),
+    why="LLM reranking is split into batched prefill/decode calls")
+INDEX_MIRRORED = mirrored(_INDEX, "VectorStoreIndex", (
+    "build_index_from_nodes", "_build_index_from_nodes", "_insert", "insert_nodes", "_add_nodes_to_index",
+    "_async_add_nodes_to_index", "_get_node_with_embedding", "as_retriever"),
+    why="doc-QA defers an index's vector writes into the query graph")
+LLM_REQUEST_MIRRORED = mirrored(_OPENAI, "OpenAI", (
+    "predict", "apredict", "complete", "acomplete", "chat", "achat", "_chat", "_achat",
+    "_complete", "_acomplete", "_get_model_kwargs", "_get_messages", "_get_prompt",
+    "_extend_prompt", "_extend_messages", "_parse_output", "_update_max_tokens",
+    "_use_chat_completions", "metadata"), framework=OPENAI_LLM, checked=OPENAI_LLM_CHECKED,
+    why="Ayo sends the request the LLM would send, built by its own methods")
+EMBEDDING_MIRRORED = mirrored(_HF, "HuggingFaceEmbedding", (
+    "_embed", "_embed_with_retry", "_get_query_embedding", "_aget_query_embedding", "_get_text_embedding",
+    "_get_text_embeddings", "_aget_text_embedding", "_aget_text_embeddings", "get_query_embedding",
+    "get_text_embedding_batch", "get_agg_embedding_from_queries"), framework=HF_EMBED, checked=HF_EMBED_CHECKED,
+    why="Ayo's embedding engine computes the vectors the model's own methods would")
