@@ -46,6 +46,15 @@ def test_every_declared_touchpoint_verifies_on_the_installed_versions() -> None:
         touchpoint.verify()
 
 
+
+def test_the_readme_table_lists_every_touchpoint() -> None:
+    readme = (Path(shim.__file__).parent / "README.md").read_text()
+    section = readme.split("## llama-index-core", 1)[1].split("\n## ", 1)[0]
+    missing = [t.name for t in tp.touchpoints() if t.framework in shim.FRAMEWORKS
+               and f"| `{t.name}` | {t.framework} | {t.checked} |" not in section]
+    assert not missing, f"add these rows to shims/README.md (## llama-index-core): {missing}"
+
+
 def test_a_missing_private_method_fails_optimize_naming_it(monkeypatch, query_engine, unverified) -> None:
     from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 
