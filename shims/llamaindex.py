@@ -105,7 +105,8 @@ def prompt_modules(obj: Any) -> Any:
 
 
 declare("llama_index.core.base.base_query_engine.BaseQueryEngine._query/_aquery", framework=CORE, checked=CORE_CHECKED,
-        why="an opaque query engine runs its own _query/_aquery inside the span Ayo's engine already opened",
+        why="OptimizedQueryEngine implements these abstract methods; an opaque engine's own run inside the span "
+        "Ayo's engine already opened",
         check=has_attr("llama_index.core.base.base_query_engine", "BaseQueryEngine", "_query", "_aquery"))
 
 
