@@ -32,7 +32,12 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
 
     from ayo_llamaindex.docqa import OptimizedFunction
     from ayo_llamaindex.query_engine import OptimizedQueryEngine
+    from ayo_shims import llamaindex as shim
+    from ayo_shims import openai_sdk  # noqa: F401 - imported for its touchpoint declarations
+    from ayo_shims.touchpoints import verify
 
+    # a framework release that dropped an internal Ayo relies on fails here, naming it (once per process)
+    verify(*shim.frameworks_in_use())
     if isinstance(target, OptimizedQueryEngine | OptimizedFunction):
         # wrapping our own stand-in again would only add a layer (and a thread hop) per query
         return target if target._policy == policy else optimize(target.stock, policy=policy)

@@ -48,10 +48,9 @@ def spanned_elsewhere(method: Callable[..., Any]) -> Callable[..., Any]:
     that only delegates to a spanned one (the stock engine's, or ``super()``'s) would then
     open two, and a failing query would emit one ``SpanDropEvent`` more than stock.
     """
-    from llama_index_instrumentation.dispatcher import DISPATCHER_SPAN_DECORATED_ATTR
+    from ayo_shims import llamaindex as shim
 
-    setattr(method, DISPATCHER_SPAN_DECORATED_ATTR, True)
-    return method
+    return shim.mark_spanned_elsewhere(method)
 
 
 def without_span(bound: Any) -> Any:
@@ -60,8 +59,6 @@ def without_span(bound: Any) -> Any:
     For a stock method whose span Ayo's own method of the same name already opened (the
     query engine's ``_query``): calling the wrapped one would open that span twice.
     """
-    import wrapt
+    from ayo_shims import llamaindex as shim
 
-    if isinstance(bound, wrapt.BoundFunctionWrapper) and getattr(bound, "__self__", None) is not None:
-        return bound.__wrapped__.__get__(bound.__self__)
-    return bound
+    return shim.without_span(bound)

@@ -21,9 +21,9 @@ from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.postprocess import postprocessor_kind
 from ayo_llamaindex.retrieval import retriever_kind
 from ayo_llamaindex.synthesis import synthesis_mode
+from ayo_shims import llamaindex as shim
 
-_ENGINE_MIRRORED = ("query", "aquery", "_query", "_aquery", "retrieve", "aretrieve", "synthesize", "asynthesize",
-                    "_apply_node_postprocessors", "_async_apply_node_postprocessors")
+_ENGINE_MIRRORED = shim.ENGINE_MIRRORED
 
 
 @dataclass
@@ -127,10 +127,10 @@ class QueryEnginePlan:
 def capture_retriever(retriever: Any) -> RetrieverPlan:
     kind, reason = retriever_kind(retriever)
     if kind == "vector":
-        return RetrieverPlan(retriever, kind, embed=EmbedBinding(retriever._embed_model))
+        return RetrieverPlan(retriever, kind, embed=EmbedBinding(shim.retriever_embed_model(retriever)))
     if kind == "fusion":
-        subs = [capture_retriever(r) for r in retriever._retrievers]
-        return RetrieverPlan(retriever, kind, llm=LLMBinding(retriever._llm), subs=subs)
+        subs = [capture_retriever(r) for r in shim.fusion_retrievers(retriever)]
+        return RetrieverPlan(retriever, kind, llm=LLMBinding(shim.fusion_llm(retriever)), subs=subs)
     return RetrieverPlan(retriever, "opaque", reason)
 
 
@@ -145,7 +145,7 @@ def capture_synthesizer(synth: Any) -> SynthesizerPlan:
     mode, reason = synthesis_mode(synth)
     if mode is None:
         return SynthesizerPlan(synth, None, reason)
-    return SynthesizerPlan(synth, mode, llm=LLMBinding(synth._llm))
+    return SynthesizerPlan(synth, mode, llm=LLMBinding(shim.synth_llm(synth)))
 
 
 def capture_query_engine(query_engine: Any) -> QueryEnginePlan:
@@ -158,9 +158,9 @@ def capture_query_engine(query_engine: Any) -> QueryEnginePlan:
         return QueryEnginePlan(query_engine, "opaque", f"{type(query_engine).__name__} overrides {', '.join(over)}")
     return QueryEnginePlan(
         query_engine, "retriever_query_engine",
-        retriever=capture_retriever(query_engine._retriever),
-        postprocessors=[capture_postprocessor(pp) for pp in query_engine._node_postprocessors],
-        synthesizer=capture_synthesizer(query_engine._response_synthesizer),
+        retriever=capture_retriever(shim.engine_retriever(query_engine)),
+        postprocessors=[capture_postprocessor(pp) for pp in shim.engine_postprocessors(query_engine)],
+        synthesizer=capture_synthesizer(shim.engine_synthesizer(query_engine)),
     )
 
 
@@ -180,7 +180,7 @@ def module_graph(plan: QueryEnginePlan) -> ModuleGraph:
 def _retriever_module(r: RetrieverPlan) -> BoundModule:
     detail = ""
     if r.kind == "vector":
-        detail = f"top_k={r.obj.similarity_top_k} store={type(r.obj._vector_store).__name__} embed={_b(r.embed)}"
+        detail = f"top_k={r.obj.similarity_top_k} store={type(shim.retriever_vector_store(r.obj)).__name__} embed={_b(r.embed)}"
     elif r.kind == "fusion":
         detail = f"num_queries={r.obj.num_queries} mode={_mode(r.obj.mode)} llm={_b(r.llm)}"
     return BoundModule("retriever", r.template, r.obj, r.reason, [_retriever_module(s) for s in r.subs], detail)

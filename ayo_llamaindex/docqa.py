@@ -41,6 +41,7 @@ from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex._util import once
 from ayo_llamaindex.capture import capture_query_engine, describe
 from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, embed_send, runtime_for
+from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
 _CALL: contextvars.ContextVar[CallState | None] = contextvars.ContextVar("ayo_docqa_call", default=None)
@@ -228,14 +229,8 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
 
 @once
 def install_hooks() -> None:
-    import wrapt
-    from llama_index.core.base.base_query_engine import BaseQueryEngine
-    from llama_index.core.indices.vector_store.base import VectorStoreIndex
-
-    wrapt.wrap_function_wrapper(VectorStoreIndex, "_build_index_from_nodes", _build_index)
-    wrapt.wrap_function_wrapper(VectorStoreIndex, "_insert", _insert)
-    wrapt.wrap_function_wrapper(BaseQueryEngine, "query", _query)
-    wrapt.wrap_function_wrapper(BaseQueryEngine, "aquery", _aquery)
+    shim.wrap_index_writes(_build_index, _insert)
+    shim.wrap_query_calls(_query, _aquery)
     ingest.install_barriers()
 
 

@@ -21,12 +21,11 @@ from llama_index.core.base.embeddings.base import mean_agg
 
 from ayo_llamaindex import events
 from ayo_llamaindex._util import overridden
+from ayo_shims import llamaindex as shim
 
 EmbedSend = Callable[..., Awaitable[list[list[float]]]]  # (texts, kind=..., batch_size=...) -> vectors
 
-_MIRRORED = ("_embed", "_embed_with_retry", "_get_query_embedding", "_aget_query_embedding",
-             "_get_text_embedding", "_get_text_embeddings", "_aget_text_embedding", "_aget_text_embeddings",
-             "get_query_embedding", "get_text_embedding_batch", "get_agg_embedding_from_queries")
+_MIRRORED = shim.EMBEDDING_MIRRORED
 
 
 @dataclass
@@ -46,7 +45,7 @@ class EmbedBinding:
 
     def engine_options(self) -> dict[str, Any]:
         """``EmbeddingEngine`` keyword arguments that reproduce the stock model's vectors."""
-        st = self.model._model
+        st = shim.sentence_transformer(self.model)
         prompts = getattr(st, "prompts", {}) or {}
         return {
             "model_path": str(Path(self.model.model_name).resolve()),
@@ -54,7 +53,7 @@ class EmbedBinding:
             "max_length": int(st.max_seq_length),
             "query_prompt": prompts.get("query") or "",
             "text_prompt": prompts.get("text") or "",
-            "device": str(getattr(self.model, "_device", "cpu") or "cpu"),
+            "device": str(shim.embedding_device(self.model) or "cpu"),
         }
 
     @property
@@ -97,7 +96,7 @@ def recognize_embedding(model: Any) -> tuple[bool, str]:
     over = overridden(model, HuggingFaceEmbedding, _MIRRORED)
     if over:
         return False, f"{type(model).__name__} overrides {', '.join(over)}"
-    if getattr(model, "_parallel_process", False):
+    if shim.embedding_parallel_process(model):
         return False, "parallel_process=True"
     if getattr(model, "embeddings_cache", None) is not None:
         return False, "an embeddings_cache is set"

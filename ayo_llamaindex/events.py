@@ -33,6 +33,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 
 from ayo_llamaindex._util import once
+from ayo_shims import llamaindex as shim
 
 # the dispatchers stock emits on (a handler attached to one of them sees our events too)
 _LLM = get_dispatcher("llama_index.core.llms.llm")
@@ -77,11 +78,7 @@ def _install_hooks() -> None:
     Process-wide wrapt wrappers, inert (one context-variable read) outside a recording task:
     LlamaIndex code that a speculative synthesis calls emits through them directly.
     """
-    import wrapt
-    from llama_index.core.callbacks import CallbackManager
-
-    wrapt.wrap_function_wrapper(CallbackManager, "on_event_start", _start_hook)
-    wrapt.wrap_function_wrapper(CallbackManager, "on_event_end", _end_hook)
+    shim.wrap_callback_events(_start_hook, _end_hook)
 
 
 def _start_args(event_type: Any, payload: Any = None, event_id: str | None = None, parent_id: str | None = None,
@@ -192,13 +189,13 @@ async def _predict_events(llm: Any, prompt: Any, prompt_args: dict[str, Any],
     from llama_index.core.instrumentation.events.llm import LLMPredictEndEvent, LLMPredictStartEvent
 
     _LLM.event(LLMPredictStartEvent(template=prompt, template_args=prompt_args))
-    llm._log_template_data(prompt, **prompt_args)
+    shim.llm_log_template_data(llm, prompt, **prompt_args)
     box: list[Any] = []
     if llm.metadata.is_chat_model:
-        await _chat_call(llm, llm._get_messages(prompt, **prompt_args), _boxed(call, box))
+        await _chat_call(llm, shim.llm_messages(llm, prompt, **prompt_args), _boxed(call, box))
     else:
-        await _completion_call(llm, llm._get_prompt(prompt, **prompt_args), _boxed(call, box), formatted=True)
-    _LLM.event(LLMPredictEndEvent(output=llm._parse_output(box[0].text)))
+        await _completion_call(llm, shim.llm_prompt(llm, prompt, **prompt_args), _boxed(call, box), formatted=True)
+    _LLM.event(LLMPredictEndEvent(output=shim.llm_parse_output(llm, box[0].text)))
     return box[0]
 
 
@@ -264,7 +261,7 @@ class Retrieval:
         from llama_index.core.instrumentation.events.retrieval import RetrievalStartEvent
 
         self.retriever, self.query = retriever, query
-        retriever._check_callback_manager()
+        shim.check_callback_manager(retriever)
         _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
         self.event = _Event(retriever.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
 

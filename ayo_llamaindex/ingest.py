@@ -32,6 +32,7 @@ from llama_index.core.vector_stores.simple import SimpleVectorStore
 from ayo_llamaindex._util import overridden
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.runtime import LOOP
+from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,7 @@ _IN_INGEST: contextvars.ContextVar[bool] = contextvars.ContextVar("ayo_in_ingest
 # PendingIngest holds its store, so the id cannot be reused while it is listed)
 _pending_by_store: dict[int, list[PendingIngest]] = {}
 _pending_lock = threading.Lock()
-_INDEX_MIRRORED = ("build_index_from_nodes", "_build_index_from_nodes", "_insert", "insert_nodes",
-                   "_add_nodes_to_index", "_async_add_nodes_to_index", "_get_node_with_embedding", "as_retriever")
+_INDEX_MIRRORED = shim.INDEX_MIRRORED
 _BARRIER_METHODS = ("add", "delete", "delete_nodes", "clear", "query", "get", "get_nodes", "persist")
 
 
@@ -125,7 +125,7 @@ class PendingIngest:
                 if copy.embedding is None:
                     copy.embedding = next(it)
                 with_vectors.append(copy)
-            for batch in iter_batch(with_vectors, self.index._insert_batch_size):
+            for batch in iter_batch(with_vectors, shim.index_insert_batch_size(self.index)):
                 ids = self.store.add(batch)
                 expected = [n.node_id for n in batch]
                 if list(ids) != expected:
@@ -175,9 +175,9 @@ def defer_vectors(index: VectorStoreIndex, index_struct: Any, nodes: list[Any]) 
     """``_add_nodes_to_index`` for ``nodes`` into ``index_struct``: the docstore and index-struct
     writes now, the embedding + vector-store add as a registered PendingIngest."""
     store = index.vector_store
-    for batch in iter_batch(nodes, index._insert_batch_size):
+    for batch in iter_batch(nodes, shim.index_insert_batch_size(index)):
         for node in batch:
-            if store.stores_text and not index._store_nodes_override and not isinstance(node, (ImageNode, IndexNode)):
+            if store.stores_text and not shim.index_stores_nodes_override(index) and not isinstance(node, (ImageNode, IndexNode)):
                 continue
             # the id the store's add() returns is the node id (checked when the vectors land)
             node_without_embedding = node.model_copy()
@@ -186,7 +186,7 @@ def defer_vectors(index: VectorStoreIndex, index_struct: Any, nodes: list[Any]) 
             index.docstore.add_documents([node_without_embedding], allow_update=True)
     with _pending_lock:
         earlier = list(_pending_by_store.get(id(store), ()))
-    pending = PendingIngest(index, list(nodes), EmbedBinding(index._embed_model), after=earlier[-1] if earlier else None)
+    pending = PendingIngest(index, list(nodes), EmbedBinding(shim.index_embed_model(index)), after=earlier[-1] if earlier else None)
     register(pending)
     return pending
 
@@ -198,15 +198,12 @@ _hooks_lock = threading.Lock()
 def install_barriers() -> None:
     """Wrap the known stores' methods so outside access waits for pending vectors (once per process)."""
     global _hooks_installed
-    import wrapt
 
     with _hooks_lock:
         if _hooks_installed:
             return
         for store_type in known_store_types():
-            for name in _BARRIER_METHODS:
-                if name in vars(store_type):
-                    wrapt.wrap_function_wrapper(store_type, name, _barrier_wrapper)
+            shim.wrap_store_methods(store_type, _BARRIER_METHODS, _barrier_wrapper)
         _hooks_installed = True
 
 

@@ -28,17 +28,14 @@ from llama_index.core.prompts import BasePromptTemplate
 from ayo_core.engines.llm_client import LLMEngineError, LLMRequestError, StopStream
 from ayo_llamaindex import events
 from ayo_llamaindex._util import overridden
+from ayo_shims import llamaindex as shim
+from ayo_shims import openai_sdk
 
 log = logging.getLogger(__name__)
 
 # Methods whose stock behaviour we reproduce. A subclass overriding any of them
 # changes what is sent, so it stays opaque.
-_REQUEST_METHODS = (
-    "predict", "apredict", "complete", "acomplete", "chat", "achat", "_chat", "_achat",
-    "_complete", "_acomplete", "_get_model_kwargs", "_get_messages", "_get_prompt",
-    "_extend_prompt", "_extend_messages", "_parse_output", "_update_max_tokens",
-    "_use_chat_completions", "metadata",
-)
+_REQUEST_METHODS = shim.LLM_REQUEST_MIRRORED
 # Client-side options of the openai SDK that are not part of the JSON body.
 _CLIENT_ONLY_KWARGS = ("extra_headers", "extra_query", "timeout")
 
@@ -90,8 +87,8 @@ class LLMBinding:
         """The request ``llm.predict(prompt, **prompt_args)`` sends."""
         llm = self.llm
         if llm.metadata.is_chat_model:
-            return self.chat_request(llm._get_messages(prompt, **prompt_args))
-        return self._completion_request(llm._get_prompt(prompt, **prompt_args))
+            return self.chat_request(shim.llm_messages(llm, prompt, **prompt_args))
+        return self._completion_request(shim.llm_prompt(llm, prompt, **prompt_args))
 
     def complete_request(self, prompt: str) -> LLMRequest:
         """The request ``llm.complete(prompt)`` (``formatted=False``) sends."""
@@ -101,7 +98,7 @@ class LLMBinding:
         llm = self.llm
         if isinstance(llm, OpenAILike):  # OpenAI.complete ignores `formatted`; OpenAILike does not
             prompt = llm.completion_to_prompt(prompt)
-        if llm._use_chat_completions({}):
+        if shim.uses_chat_completions(llm):
             return self.chat_request(prompt_to_messages(prompt))
         return self._completion_request(prompt)
 
@@ -110,22 +107,22 @@ class LLMBinding:
         from llama_index.llms.openai.utils import to_openai_message_dicts
 
         llm = self.llm
-        if not llm._use_chat_completions({}):  # OpenAILike(is_chat_model=False).chat
+        if not shim.uses_chat_completions(llm):  # OpenAILike(is_chat_model=False).chat
             return self._completion_request(llm.messages_to_prompt(messages))
         body = {"messages": to_openai_message_dicts(messages, model=llm.model)}
-        body.update(_json_kwargs(llm._get_model_kwargs()))
+        body.update(_json_kwargs(shim.model_kwargs(llm)))
         return LLMRequest("chat", body)
 
     def _completion_request(self, prompt: str) -> LLMRequest:
-        kwargs = self.llm._get_model_kwargs()
-        self.llm._update_max_tokens(kwargs, prompt)
+        kwargs = shim.model_kwargs(self.llm)
+        shim.update_max_tokens(self.llm, kwargs, prompt)
         body = {"prompt": prompt}
         body.update(_json_kwargs(kwargs))
         return LLMRequest("completion", body)
 
     def parse(self, text: str) -> str:
         """``LLM.predict``'s post-processing of the raw text (the LLM's output parser)."""
-        return self.llm._parse_output(text)
+        return shim.llm_parse_output(self.llm, text)
 
     # -- calling --
     async def predict(
@@ -232,7 +229,7 @@ def sdk_error(llm: Any, request: LLMRequest, exc: LLMEngineError) -> BaseExcepti
     try:
         if isinstance(exc, LLMRequestError) and exc.status_code is not None and exc.body is not None:
             response = httpx.Response(exc.status_code, request=http_request, content=exc.body.encode())
-            out: BaseException = llm._get_client()._make_status_error_from_response(response)
+            out: BaseException = openai_sdk.status_error_from_response(shim.sdk_client(llm), response)
         elif isinstance(exc.__cause__, httpx.TimeoutException):
             out = openai.APITimeoutError(request=http_request)
         elif isinstance(exc.__cause__, httpx.HTTPError):
@@ -271,11 +268,10 @@ def recognize_llm(llm: Any) -> tuple[bool, str]:
     over = overridden(llm, base, _REQUEST_METHODS)
     if over:
         return False, f"{type(llm).__name__} overrides {', '.join(over)}"
-    if any(getattr(llm, attr, None) is not None for attr in ("_http_client", "_async_http_client")):
+    if any(client is not None for client in shim.user_http_clients(llm)):
         return False, "it was given its own httpx client"
-    for attr in ("_client", "_aclient"):
+    for client in shim.cached_sdk_clients(llm):
         # the class caches the clients it builds itself; a client the user passed in may point elsewhere
-        client = getattr(llm, attr, None)
         if client is not None and str(client.base_url).rstrip("/") != str(llm.api_base).rstrip("/"):
             return False, "it was given its own OpenAI client"
     if llm.modalities and "audio" in llm.modalities:

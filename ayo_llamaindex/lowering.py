@@ -46,9 +46,10 @@ from ayo_core.templates import (
 )
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
 from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
-from ayo_llamaindex._util import overridden, without_span
+from ayo_llamaindex._util import overridden
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
 from ayo_llamaindex.runtime import EngineAssignment, call_stock, embed_send, in_async_call, llm_send
+from ayo_shims import llamaindex as shim
 
 
 def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_after: frozenset[str] = frozenset(),
@@ -66,7 +67,7 @@ def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_aft
 
         async def run_engine(ctx: Any, query: QueryBundle) -> Any:
             if inner:  # our own _query's span stands for the stock engine's: not opened twice
-                return await call_stock(without_span(qe._query), without_span(qe._aquery), query)
+                return await call_stock(*shim.engine_query_methods(qe), query)
             return await call_stock(qe.query, qe.aquery, query)
 
         g.output(Opaque(run_engine, "query_engine", takes_ctx=True, resources=None, cost=1.0, reason=plan.reason)
@@ -196,7 +197,7 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
                 results[(q, i)] = nodes  # a repeated query string keeps its first slot, as in stock
 
         async def fused() -> list[Any]:
-            return r._handle_recursive_retrieval(query, retrieval.fuse(r, results))
+            return shim.handle_recursive_retrieval(r, query, retrieval.fuse(r, results))
 
         return await events.retrieve(r, query, fused)  # the fusion retriever's own retrieve events
 
@@ -206,7 +207,7 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         return retrieval.finished_queries(r, text) + [lines[-1]]
 
     # a verbose retriever prints every line the LLM wrote, so its decode runs to the end as in stock
-    keep = None if r._verbose or r.num_queries <= 1 else r.num_queries - 1
+    keep = None if shim.retriever_verbose(r) or r.num_queries <= 1 else r.num_queries - 1
     hooks = FusionHooks(expand=expand, parts=streaming_parts, original=original, generated=generated, fuse=fuse,
                         engine=kind or "local", keep_parts=keep)
     return FusionRetrieval(hooks, "retriever").build(g, "retrieve", {"query": query}, after=after)
@@ -228,7 +229,7 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
     llm, kind = plan.llm, assign.llm_kind(plan.llm)
 
     async def batches(ctx: Any, query: QueryBundle, nodes: list) -> list:  # on the loop: it touches tasks
-        out = pp._get_node_batches(nodes)
+        out = shim.rerank_node_batches(pp, nodes)
         if board is not None and out:
             board.open(ctx.query_id, out, (pp, out, query.query_str))
         return out
@@ -238,7 +239,7 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
         stream_cb = spec.stream_cb(ctx, batch) if spec is not None else None
         try:
             return await llm.predict(llm_send(ctx, kind), pp.choice_select_prompt, stream_cb=stream_cb,
-                                     **pp._get_predict_kwargs(batch, query.query_str))
+                                     **shim.rerank_predict_kwargs(pp, batch, query.query_str))
         except BaseException:
             if board is not None:
                 board.pop(ctx.query_id)
@@ -248,7 +249,7 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
         try:
             initial = []
             for raw_response, batch in zip(raw, batches, strict=True):
-                initial.extend(pp._parse_raw_response(raw_response, batch))
+                initial.extend(shim.rerank_parse(pp, raw_response, batch))
             return sorted(initial, key=lambda x: x.score or 0.0, reverse=True)[: pp.top_n]
         except BaseException:
             if board is not None:

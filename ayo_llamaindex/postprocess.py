@@ -33,9 +33,9 @@ from ayo_core.modules import TypeDispatch
 from ayo_core.templates import LocalRerank, Transform
 from ayo_llamaindex._util import overridden
 from ayo_llamaindex.runtime import call_stock
+from ayo_shims import llamaindex as shim
 
-_RERANK_MIRRORED = ("postprocess_nodes", "_postprocess_nodes", "_get_node_batches", "_get_predict_kwargs",
-                    "_parse_raw_response")
+_RERANK_MIRRORED = shim.RERANK_MIRRORED
 # postprocessors whose work is local (run as the user's object in one node), by the template they lower to
 LOCAL_TEMPLATES: TypeDispatch[type[Transform]] = TypeDispatch("local postprocessor")
 LOCAL_TEMPLATES.register(SimilarityPostprocessor, KeywordNodePostprocessor, FixedRecencyPostprocessor,

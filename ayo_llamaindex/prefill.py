@@ -25,6 +25,7 @@ from ayo_core.engines.device import early_prefill_pays
 from ayo_core.graph import PrefixSpec
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.runtime import EngineAssignment
+from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def prefix_spec(synth_plan: Any, assign: EngineAssignment) -> PrefixSpec | None:
     if kind is None:
         return None
     synth, mode = synth_plan.obj, synth_plan.mode
-    first = synth._summary_template if mode == "tree_summarize" else synth._text_qa_template
+    first = shim.summary_template(synth) if mode == "tree_summarize" else shim.text_qa_template(synth)
     server = str(getattr(assign.engines.get(kind), "base_url", "") or binding.endpoint[0])
 
     async def build(ctx: Any, query: QueryBundle) -> int:
@@ -101,7 +102,7 @@ def prefix_spec(synth_plan: Any, assign: EngineAssignment) -> PrefixSpec | None:
                 _static_ids[key] = await prefix_ids(ctx, kind, prefix)
             sent += await warm_ids(ctx, kind, _static_ids[key])
         if mode == "refine":  # every refine call after the first starts with template + question
-            template = synth._refine_template.partial_format(query_str=query.query_str)
+            template = shim.refine_template(synth).partial_format(query_str=query.query_str)
             prefix = prefix_of(binding, template, ("existing_answer", "context_msg"))
             if prefix is not None:
                 sent += await warm_ids(ctx, kind, await prefix_ids(ctx, kind, prefix))

@@ -20,6 +20,7 @@ from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex._util import overridden, spanned_elsewhere
 from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
 from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, runtime_for
+from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -77,7 +78,7 @@ class OptimizedQueryEngine(BaseQueryEngine):
         return self._graph
 
     def _get_prompt_modules(self) -> PromptMixinType:
-        return self._stock._get_prompt_modules()
+        return shim.prompt_modules(self._stock)
 
     async def _run(self, query_bundle: QueryBundle, caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
         CALLER_LOOP.set(caller_loop)  # this task's own context: opaque nodes take stock's async path in aquery

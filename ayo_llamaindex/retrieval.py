@@ -29,17 +29,15 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from ayo_core.engines.llm_client import StopStream
 from ayo_llamaindex._util import overridden
 from ayo_llamaindex.runtime import call_stock, in_async_call
+from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
 
 RetrieveFn = Callable[[QueryBundle], Awaitable[list[NodeWithScore]]]
 EmbedQueriesFn = Callable[[list[str]], Awaitable[list[float]]]
 
-_VECTOR_MIRRORED = ("retrieve", "_retrieve", "_get_nodes_with_embeddings", "_build_vector_store_query",
-                    "_handle_recursive_retrieval", "_needs_embedding")
-_FUSION_MIRRORED = ("retrieve", "_retrieve", "_get_queries", "_aget_queries", "_run_sync_queries",
-                    "_run_nested_async_queries", "_handle_recursive_retrieval", "_simple_fusion",
-                    "_reciprocal_rerank_fusion", "_relative_score_fusion")
+_VECTOR_MIRRORED = shim.VECTOR_RETRIEVER_MIRRORED
+_FUSION_MIRRORED = shim.FUSION_RETRIEVER_MIRRORED
 
 
 def retriever_kind(retriever: Any) -> tuple[str, str]:
@@ -64,7 +62,7 @@ def retriever_kind(retriever: Any) -> tuple[str, str]:
 def needs_query_embedding(retriever: VectorIndexRetriever, query_bundle: QueryBundle) -> bool:
     """Whether ``VectorIndexRetriever._retrieve`` would embed this query."""
     return (
-        retriever._needs_embedding()
+        shim.needs_embedding(retriever)
         and query_bundle.embedding is None
         and len(query_bundle.embedding_strs) > 0
     )
@@ -72,8 +70,8 @@ def needs_query_embedding(retriever: VectorIndexRetriever, query_bundle: QueryBu
 
 def search_sync(retriever: VectorIndexRetriever, query_bundle: QueryBundle) -> list[NodeWithScore]:
     """The search half of ``BaseRetriever.retrieve`` (embedding already on the bundle)."""
-    nodes = retriever._get_nodes_with_embeddings(query_bundle)
-    return retriever._handle_recursive_retrieval(query_bundle, nodes)
+    nodes = shim.search_with_embedding(retriever, query_bundle)
+    return shim.handle_recursive_retrieval(retriever, query_bundle, nodes)
 
 
 async def vector_retrieve(
@@ -129,13 +127,13 @@ def fuse(retriever: QueryFusionRetriever, results: dict[tuple[str, int], list[No
     """The retriever's own fusion for its mode, truncated to ``similarity_top_k``."""
     mode = retriever.mode
     if mode == FUSION_MODES.RECIPROCAL_RANK:
-        fused = retriever._reciprocal_rerank_fusion(results)
+        fused = shim.reciprocal_rerank_fusion(retriever, results)
     elif mode == FUSION_MODES.RELATIVE_SCORE:
-        fused = retriever._relative_score_fusion(results)
+        fused = shim.relative_score_fusion(retriever, results)
     elif mode == FUSION_MODES.DIST_BASED_SCORE:
-        fused = retriever._relative_score_fusion(results, dist_based=True)
+        fused = shim.relative_score_fusion(retriever, results, dist_based=True)
     elif mode == FUSION_MODES.SIMPLE:
-        fused = retriever._simple_fusion(results)
+        fused = shim.simple_fusion(retriever, results)
     else:
         raise ValueError(f"Invalid fusion mode: {mode}")
     return fused[: retriever.similarity_top_k]
@@ -143,7 +141,7 @@ def fuse(retriever: QueryFusionRetriever, results: dict[tuple[str, int], list[No
 
 def report_queries(retriever: QueryFusionRetriever, text: str) -> None:
     """``_get_queries``'s ``verbose=True`` output: every parsed line, before the cut to ``num_queries - 1``."""
-    if retriever._verbose:
+    if shim.retriever_verbose(retriever):
         queries = [q.strip() for q in text.strip("`").split("\n") if q.strip()]
         queries_str = "\n".join(queries)
         print(f"Generated queries:\n{queries_str}")  # stock prints to stdout; so does the mirror
@@ -158,7 +156,7 @@ class QueryLines:
 
     def __init__(self, retriever: QueryFusionRetriever, forward: Callable[[str], None] | None = None) -> None:
         self.retriever, self.forward = retriever, forward
-        self.stop_early = not retriever._verbose
+        self.stop_early = not shim.retriever_verbose(retriever)
         self.text = ""
         self.complete = False
 
@@ -244,4 +242,4 @@ async def fusion_retrieve(
                 t.cancel()
         raise
     nodes = fuse(retriever, results)
-    return retriever._handle_recursive_retrieval(query_bundle, nodes)
+    return shim.handle_recursive_retrieval(retriever, query_bundle, nodes)

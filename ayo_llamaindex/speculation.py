@@ -19,6 +19,7 @@ from llama_index.core.schema import MetadataMode
 
 from ayo_core.templates.speculation import Speculation, SpeculationHooks
 from ayo_llamaindex import events
+from ayo_shims import llamaindex as shim
 
 
 def chunk_key(nodes: list[Any]) -> tuple[str, ...]:
@@ -31,7 +32,7 @@ def partial_selection(pp: Any, batches: list[list[Any]], finished: list[str]) ->
     initial: list[Any] = []
     for text, batch in zip(finished, batches, strict=True):
         try:
-            initial.extend(pp._parse_raw_response(text, batch))
+            initial.extend(shim.rerank_parse(pp, text, batch))
         except Exception:  # noqa: BLE001 - a partial answer the parser rejects: not ready
             return None
     selection = sorted(initial, key=lambda x: x.score or 0.0, reverse=True)[: pp.top_n]

@@ -29,20 +29,15 @@ from llama_index.core.response_synthesizers.base import BaseSynthesizer
 
 from ayo_llamaindex import events
 from ayo_llamaindex._util import overridden
+from ayo_shims import llamaindex as shim
 
 PredictFn = Callable[..., Awaitable[str]]
 MAX_STALLED_LEVELS = 3
 
 # Methods whose stock control flow is mirrored below; a subclass overriding one of
 # them does something else, so it stays opaque.
-_MIRRORED = {
-    SimpleSummarize: ("get_response", "aget_response", "synthesize", "asynthesize"),
-    TreeSummarize: ("get_response", "aget_response", "synthesize", "asynthesize"),
-    Refine: ("get_response", "aget_response", "_run_refine_loop", "_arun_refine_loop",
-             "_update_response", "_aupdate_response", "synthesize", "asynthesize"),
-    CompactAndRefine: ("get_response", "aget_response", "_make_compact_text_chunks", "_run_refine_loop",
-                       "_arun_refine_loop", "_update_response", "_aupdate_response", "synthesize", "asynthesize"),
-}
+_MIRRORED = {cls: shim.SYNTHESIZER_MIRRORED[cls.__name__]
+             for cls in (SimpleSummarize, TreeSummarize, Refine, CompactAndRefine)}
 MODE_OF = {CompactAndRefine: "compact", Refine: "refine", TreeSummarize: "tree_summarize",
            SimpleSummarize: "simple_summarize"}
 
@@ -60,19 +55,18 @@ def synthesis_mode(synth: Any) -> tuple[str | None, str]:
             break
     else:
         return None, f"{type(synth).__name__} (a response mode Ayo does not lower)"
-    if synth._streaming:
+    if shim.synth_streaming(synth):
         return None, "streaming=True (the stock synthesizer streams the answer)"
-    if getattr(synth, "_output_cls", None) is not None:
+    if shim.synth_output_cls(synth) is not None:
         return None, "output_cls is set (structured output)"
-    if synth._multimodal:
+    if shim.synth_multimodal(synth):
         return None, "multimodal=True"
-    if isinstance(synth._llm, StructuredLLM):
+    if isinstance(shim.synth_llm(synth), StructuredLLM):
         return None, "its LLM is a StructuredLLM"
     if isinstance(synth, Refine):
-        if synth._structured_answer_filtering:
+        if shim.structured_answer_filtering(synth):
             return None, "structured_answer_filtering=True"
-        factory = synth._program_factory
-        if getattr(factory, "__func__", None) is not Refine._default_program_factory:
+        if not shim.has_default_program_factory(synth):
             return None, "a custom program_factory"
     return MODE_OF[cls], ""
 
@@ -100,16 +94,17 @@ async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str]
 
 def compact_text_chunks(synth: CompactAndRefine, query_str: str, chunks: Sequence[str]) -> list[str]:
     """``CompactAndRefine._make_compact_text_chunks`` (called, not copied)."""
-    return synth._make_compact_text_chunks(query_str, chunks)
+    return shim.make_compact_text_chunks(synth, query_str, chunks)
 
 
 def initial_refine_chunks(synth: Refine, chunks: Sequence[str]) -> deque:
     """The first packing of ``Refine._arun_refine_loop``: each chunk repacked on its own."""
-    max_prompt = get_biggest_prompt([synth._text_qa_template, synth._refine_template])
+    max_prompt = get_biggest_prompt([shim.text_qa_template(synth), shim.refine_template(synth)])
     return deque(
         tc
         for chunk in chunks
-        for tc in synth._prompt_helper.repack(max_prompt, [chunk], llm=synth._llm, padding=synth._response_padding_size)
+        for tc in shim.synth_prompt_helper(synth).repack(max_prompt, [chunk], llm=shim.synth_llm(synth),
+                                                         padding=shim.response_padding_size(synth))
     )
 
 
@@ -120,13 +115,13 @@ async def refine_loop(synth: Refine, query_str: str, chunks: Sequence[str], pred
     while chunks_deque:
         chunk = chunks_deque.popleft()
         if response is None:
-            prompt_template = synth._text_qa_template.partial_format(query_str=query_str)
+            prompt_template = shim.text_qa_template(synth).partial_format(query_str=query_str)
             prompt_kwargs = {"context_str": chunk}
         else:
-            prompt_template = synth._refine_template.partial_format(query_str=query_str, existing_answer=response)
+            prompt_template = shim.refine_template(synth).partial_format(query_str=query_str, existing_answer=response)
             # the stock loop repacks against the partially formatted template (the
             # existing answer grows) and pushes any overflow back to the front
-            repacked = synth._prompt_helper.repack(prompt_template, [chunk], llm=synth._llm)
+            repacked = shim.synth_prompt_helper(synth).repack(prompt_template, [chunk], llm=shim.synth_llm(synth))
             if len(repacked) > 1:
                 chunks_deque.extendleft(repacked)
                 continue
@@ -140,11 +135,11 @@ async def refine_loop(synth: Refine, query_str: str, chunks: Sequence[str], pred
 
 async def tree_summarize(synth: TreeSummarize, query_str: str, chunks: Sequence[str], predict: PredictFn) -> str:
     """``TreeSummarize.aget_response``: leaf summaries concurrently, then recurse."""
-    summary_template = synth._summary_template.partial_format(query_str=query_str)
+    summary_template = shim.summary_template(synth).partial_format(query_str=query_str)
     stalled, previous = 0, None
     while True:
-        chunks = synth._prompt_helper.repack(summary_template, text_chunks=chunks, llm=synth._llm)
-        if synth._verbose:
+        chunks = shim.synth_prompt_helper(synth).repack(summary_template, text_chunks=chunks, llm=shim.synth_llm(synth))
+        if shim.synth_verbose(synth):
             print(f"{len(chunks)} text chunks after repacking")  # stock's verbose output, on stdout as in stock
         if len(chunks) == 1:
             return await predict(summary_template, context_str=chunks[0])
@@ -162,8 +157,9 @@ async def tree_summarize(synth: TreeSummarize, query_str: str, chunks: Sequence[
 
 async def simple_summarize(synth: SimpleSummarize, query_str: str, chunks: Sequence[str], predict: PredictFn) -> str:
     """``SimpleSummarize.aget_response``: one call over the truncated, joined chunks."""
-    text_qa_template = synth._text_qa_template.partial_format(query_str=query_str)
-    truncated = synth._prompt_helper.truncate(prompt=text_qa_template, text_chunks=["\n".join(chunks)], llm=synth._llm)
+    text_qa_template = shim.text_qa_template(synth).partial_format(query_str=query_str)
+    truncated = shim.synth_prompt_helper(synth).truncate(prompt=text_qa_template, text_chunks=["\n".join(chunks)],
+                                                         llm=shim.synth_llm(synth))
     response = await predict(text_qa_template, context_str=truncated)
     return response or "Empty Response"
 
@@ -172,9 +168,9 @@ def empty_response(synth: BaseSynthesizer) -> Any:
     """What ``synthesize`` returns for zero nodes (no LLM call)."""
     from llama_index.core.base.response.schema import Response
 
-    return Response(synth._empty_response)
+    return Response(shim.synth_empty_response(synth))
 
 
 def prepare_response(synth: BaseSynthesizer, response_str: Any, nodes: list[Any]) -> Any:
     """``BaseSynthesizer._prepare_response_output`` (called, not copied)."""
-    return synth._prepare_response_output(response_str, list(nodes))
+    return shim.prepare_response_output(synth, response_str, list(nodes))

@@ -1,0 +1,554 @@
+"""Every LlamaIndex internal ``ayo_llamaindex`` touches: private attributes, private methods, wrapt hooks.
+
+Each function below is the one place one internal is reached; the ``declare`` next to it
+records the touchpoint with the versions it was checked on and a check that fails when an
+installed version no longer has it (``touchpoints.verify`` runs the checks from
+``ayo_llamaindex.optimize()``). The adapter calls these functions and never reads a
+framework object's underscore attribute itself.
+
+Most LlamaIndex classes here are plain classes whose private state is assigned in
+``__init__`` (no class attribute to look for): :func:`assigns` checks the constructors'
+source for the assignment instead. Integrations that are optional (the OpenAI LLM, the
+HuggingFace embedding, the Chroma store) are verified once they are imported (see
+:func:`frameworks_in_use`): until then no object of theirs exists for Ayo to touch, and
+importing them only to check them would cost ``optimize()`` seconds (torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ayo_shims.touchpoints import all_of, declare, has_attr, has_private_attr, importable
+
+CORE = "llama-index-core"
+CORE_CHECKED = "0.14.x (checked 0.14.25)"
+OPENAI_LLM = "llama-index-llms-openai"
+OPENAI_LLM_CHECKED = "0.8.x (checked 0.8.3)"
+HF_EMBED = "llama-index-embeddings-huggingface"
+HF_EMBED_CHECKED = "0.8.x (checked 0.8.0)"
+INSTRUMENTATION = "llama-index-instrumentation"
+INSTRUMENTATION_CHECKED = "0.6.x (checked 0.6.0)"
+CHROMA = "llama-index-vector-stores-chroma"
+CHROMA_CHECKED = "0.6.x (checked 0.6.0)"
+# the distributions ayo_llamaindex touches -> the module whose import means it is in use (None: always)
+FRAMEWORKS = {CORE: None, INSTRUMENTATION: None, OPENAI_LLM: "llama_index.llms.openai",
+              HF_EMBED: "llama_index.embeddings.huggingface", CHROMA: "llama_index.vector_stores.chroma",
+              "openai": "openai"}
+
+
+def frameworks_in_use() -> tuple[str, ...]:
+    """The frameworks whose touchpoints ``optimize()`` verifies now: the core ones and every optional
+    integration already imported (a later ``optimize()`` verifies one imported since)."""
+    return tuple(name for name, module in FRAMEWORKS.items() if module is None or module in sys.modules)
+
+
+# -- check builders for this module --------------------------------------------------------
+
+def assigns(module: str, qualname: str, *attrs: str) -> Callable[[], None]:
+    """Check: some ``__init__`` in the MRO of ``module.qualname`` assigns ``self.<attr>`` for each of ``attrs``
+    (instance state of a plain class: the class itself has no attribute to look for)."""
+    def check() -> None:
+        cls = getattr(importlib.import_module(module), qualname)
+        sources = []
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is not None and getattr(klass, "__module__", "").startswith("llama_index"):
+                sources.append(inspect.getsource(init))
+        text = "\n".join(sources)
+        missing = [a for a in attrs if not re.search(rf"\bself\.{re.escape(a)}\s*(:[^=\n]*)?=", text)]
+        if missing:
+            raise AttributeError(f"{module}.{qualname}.__init__ no longer assigns {', '.join(missing)}")
+    return check
+
+
+_Q = "llama_index.core.query_engine"
+_RETRIEVERS = "llama_index.core.indices.vector_store.retrievers"
+_FUSION = "llama_index.core.retrievers"
+_SYNTH = "llama_index.core.response_synthesizers"
+_INDEX = "llama_index.core.indices.vector_store.base"
+_LLM = "llama_index.core.llms.llm"
+_OPENAI = "llama_index.llms.openai"
+_HF = "llama_index.embeddings.huggingface"
+
+
+# -- query engines -------------------------------------------------------------------------
+
+declare(f"{_Q}.RetrieverQueryEngine._retriever/_node_postprocessors/_response_synthesizer", framework=CORE,
+        checked=CORE_CHECKED, why="capture walks the query engine into its retriever, postprocessors and synthesizer",
+        check=assigns(_Q, "RetrieverQueryEngine", "_retriever", "_node_postprocessors", "_response_synthesizer"))
+
+
+def engine_retriever(query_engine: Any) -> Any:
+    return query_engine._retriever
+
+
+def engine_postprocessors(query_engine: Any) -> list[Any]:
+    return query_engine._node_postprocessors
+
+
+def engine_synthesizer(query_engine: Any) -> Any:
+    return query_engine._response_synthesizer
+
+
+declare("llama_index.core.prompts.mixin.PromptMixin._get_prompt_modules", framework=CORE, checked=CORE_CHECKED,
+        why="the optimized query engine reports the stock engine's prompt modules (get_prompts/update_prompts)",
+        check=has_attr("llama_index.core.prompts.mixin", "PromptMixin", "_get_prompt_modules"))
+
+
+def prompt_modules(obj: Any) -> Any:
+    return obj._get_prompt_modules()
+
+
+declare("llama_index.core.base.base_query_engine.BaseQueryEngine._query/_aquery", framework=CORE, checked=CORE_CHECKED,
+        why="OptimizedQueryEngine implements these abstract methods; an opaque engine's own run inside the span "
+        "Ayo's engine already opened",
+        check=has_attr("llama_index.core.base.base_query_engine", "BaseQueryEngine", "_query", "_aquery"))
+
+
+def engine_query_methods(query_engine: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The stock engine's ``_query`` and ``_aquery`` without their dispatcher spans."""
+    return without_span(query_engine._query), without_span(query_engine._aquery)
+
+
+# -- retrievers ----------------------------------------------------------------------------
+
+declare(f"{_RETRIEVERS}.VectorIndexRetriever._embed_model/_vector_store", framework=CORE, checked=CORE_CHECKED,
+        why="the query embedding runs on Ayo's embedding engine for the retriever's own model; explain() names the store",
+        check=assigns(_RETRIEVERS, "VectorIndexRetriever", "_embed_model", "_vector_store"))
+
+
+def retriever_embed_model(retriever: Any) -> Any:
+    return retriever._embed_model
+
+
+def retriever_vector_store(retriever: Any) -> Any:
+    return retriever._vector_store
+
+
+declare(f"{_RETRIEVERS}.VectorIndexRetriever._needs_embedding/_get_nodes_with_embeddings", framework=CORE,
+        checked=CORE_CHECKED, why="retrieval is split into embed (Ayo's engine) and the retriever's own search",
+        check=has_attr(_RETRIEVERS, "VectorIndexRetriever", "_needs_embedding", "_get_nodes_with_embeddings"))
+
+
+def needs_embedding(retriever: Any) -> bool:
+    return retriever._needs_embedding()
+
+
+def search_with_embedding(retriever: Any, query_bundle: Any) -> list[Any]:
+    """``VectorIndexRetriever._get_nodes_with_embeddings`` (the bundle already holds its embedding)."""
+    return retriever._get_nodes_with_embeddings(query_bundle)
+
+
+declare("llama_index.core.base.base_retriever.BaseRetriever._handle_recursive_retrieval/_check_callback_manager",
+        framework=CORE, checked=CORE_CHECKED,
+        why="the tail of BaseRetriever.retrieve (recursive nodes) and its callback-manager set-up, called, not copied",
+        check=has_attr("llama_index.core.base.base_retriever", "BaseRetriever", "_handle_recursive_retrieval",
+                       "_check_callback_manager"))
+
+
+def handle_recursive_retrieval(retriever: Any, query_bundle: Any, nodes: list[Any]) -> list[Any]:
+    return retriever._handle_recursive_retrieval(query_bundle, nodes)
+
+
+def check_callback_manager(retriever: Any) -> None:
+    retriever._check_callback_manager()
+
+
+declare(f"{_FUSION}.QueryFusionRetriever._retrievers/_llm/_verbose", framework=CORE, checked=CORE_CHECKED,
+        why="capture of query expansion (its sub-retrievers and LLM); verbose keeps the decode running to the end",
+        check=assigns(_FUSION, "QueryFusionRetriever", "_retrievers", "_llm", "_verbose"))
+
+
+def fusion_retrievers(retriever: Any) -> list[Any]:
+    return retriever._retrievers
+
+
+def fusion_llm(retriever: Any) -> Any:
+    return retriever._llm
+
+
+def retriever_verbose(retriever: Any) -> bool:
+    return retriever._verbose
+
+
+declare(f"{_FUSION}.QueryFusionRetriever._reciprocal_rerank_fusion/_relative_score_fusion/_simple_fusion",
+        framework=CORE, checked=CORE_CHECKED, why="the retriever's own fusion of the expanded queries' results",
+        check=has_attr(_FUSION, "QueryFusionRetriever", "_reciprocal_rerank_fusion", "_relative_score_fusion",
+                       "_simple_fusion"))
+
+
+def reciprocal_rerank_fusion(retriever: Any, results: dict[Any, list[Any]]) -> list[Any]:
+    return retriever._reciprocal_rerank_fusion(results)
+
+
+def relative_score_fusion(retriever: Any, results: dict[Any, list[Any]], dist_based: bool = False) -> list[Any]:
+    if dist_based:
+        return retriever._relative_score_fusion(results, dist_based=True)
+    return retriever._relative_score_fusion(results)
+
+
+def simple_fusion(retriever: Any, results: dict[Any, list[Any]]) -> list[Any]:
+    return retriever._simple_fusion(results)
+
+
+# -- response synthesizers -----------------------------------------------------------------
+
+declare(f"{_SYNTH}.base.BaseSynthesizer._llm/_streaming/_output_cls/_multimodal/_prompt_helper/_empty_response",
+        framework=CORE, checked=CORE_CHECKED,
+        why="which synthesizers Ayo mirrors, and the LLM / prompt helper / empty answer the mirror uses",
+        check=assigns(f"{_SYNTH}.base", "BaseSynthesizer", "_llm", "_streaming", "_output_cls", "_multimodal",
+                      "_prompt_helper", "_empty_response"))
+
+
+def synth_llm(synth: Any) -> Any:
+    return synth._llm
+
+
+def synth_streaming(synth: Any) -> bool:
+    return synth._streaming
+
+
+def synth_output_cls(synth: Any) -> Any:
+    return getattr(synth, "_output_cls", None)
+
+
+def synth_multimodal(synth: Any) -> bool:
+    return synth._multimodal
+
+
+def synth_prompt_helper(synth: Any) -> Any:
+    return synth._prompt_helper
+
+
+def synth_empty_response(synth: Any) -> str:
+    return synth._empty_response
+
+
+declare(f"{_SYNTH}.base.BaseSynthesizer._prepare_response_output", framework=CORE, checked=CORE_CHECKED,
+        why="the stock Response is built by the synthesizer's own code", check=has_attr(
+            f"{_SYNTH}.base", "BaseSynthesizer", "_prepare_response_output"))
+
+
+def prepare_response_output(synth: Any, response_str: Any, nodes: list[Any]) -> Any:
+    return synth._prepare_response_output(response_str, nodes)
+
+
+declare(f"{_SYNTH}.Refine._text_qa_template/_refine_template/_structured_answer_filtering/_program_factory/"
+        "_verbose/_response_padding_size", framework=CORE, checked=CORE_CHECKED,
+        why="compact/refine are mirrored with the synthesizer's own templates and packing",
+        check=assigns(_SYNTH, "Refine", "_text_qa_template", "_refine_template", "_structured_answer_filtering",
+                      "_program_factory", "_verbose", "_response_padding_size"))
+declare(f"{_SYNTH}.TreeSummarize._summary_template/_verbose, SimpleSummarize._text_qa_template", framework=CORE,
+        checked=CORE_CHECKED, why="tree_summarize/simple_summarize are mirrored with the synthesizer's own templates",
+        check=all_of(assigns(_SYNTH, "TreeSummarize", "_summary_template", "_verbose"),
+                     assigns(_SYNTH, "SimpleSummarize", "_text_qa_template")))
+
+
+def text_qa_template(synth: Any) -> Any:
+    return synth._text_qa_template
+
+
+def refine_template(synth: Any) -> Any:
+    return synth._refine_template
+
+
+def summary_template(synth: Any) -> Any:
+    return synth._summary_template
+
+
+def synth_verbose(synth: Any) -> bool:
+    return synth._verbose
+
+
+def response_padding_size(synth: Any) -> int:
+    return synth._response_padding_size
+
+
+def structured_answer_filtering(synth: Any) -> bool:
+    return synth._structured_answer_filtering
+
+
+declare(f"{_SYNTH}.Refine._default_program_factory", framework=CORE, checked=CORE_CHECKED,
+        why="a Refine with a custom program factory stays opaque (the mirror assumes DefaultRefineProgram)",
+        check=has_attr(_SYNTH, "Refine", "_default_program_factory"))
+
+
+def has_default_program_factory(synth: Any) -> bool:
+    from llama_index.core.response_synthesizers import Refine
+
+    return getattr(synth._program_factory, "__func__", None) is Refine._default_program_factory
+
+
+declare(f"{_SYNTH}.CompactAndRefine._make_compact_text_chunks", framework=CORE, checked=CORE_CHECKED,
+        why="compact mode packs chunks with the synthesizer's own code",
+        check=has_attr(_SYNTH, "CompactAndRefine", "_make_compact_text_chunks"))
+
+
+def make_compact_text_chunks(synth: Any, query_str: str, chunks: Iterable[str]) -> list[str]:
+    return synth._make_compact_text_chunks(query_str, chunks)
+
+
+# -- node postprocessors (LLMRerank) --------------------------------------------------------
+
+declare("llama_index.core.postprocessor.LLMRerank._get_node_batches/_get_predict_kwargs/_parse_raw_response",
+        framework=CORE, checked=CORE_CHECKED, why="LLM reranking is split into its own batches, prompts and parsing",
+        check=has_attr("llama_index.core.postprocessor", "LLMRerank", "_get_node_batches", "_get_predict_kwargs",
+                       "_parse_raw_response"))
+
+
+def rerank_node_batches(postprocessor: Any, nodes: list[Any]) -> list[list[Any]]:
+    return postprocessor._get_node_batches(nodes)
+
+
+def rerank_predict_kwargs(postprocessor: Any, batch: list[Any], query_str: str) -> dict[str, Any]:
+    return postprocessor._get_predict_kwargs(batch, query_str)
+
+
+def rerank_parse(postprocessor: Any, raw_response: str, batch: list[Any]) -> list[Any]:
+    return postprocessor._parse_raw_response(raw_response, batch)
+
+
+# -- indexes -------------------------------------------------------------------------------
+
+declare(f"{_INDEX}.VectorStoreIndex._insert_batch_size/_store_nodes_override/_embed_model", framework=CORE,
+        checked=CORE_CHECKED, why="deferred ingest mirrors _add_nodes_to_index (batching, docstore rule, embed model)",
+        check=assigns(_INDEX, "VectorStoreIndex", "_insert_batch_size", "_store_nodes_override", "_embed_model"))
+
+
+def index_insert_batch_size(index: Any) -> int:
+    return index._insert_batch_size
+
+
+def index_stores_nodes_override(index: Any) -> bool:
+    return index._store_nodes_override
+
+
+def index_embed_model(index: Any) -> Any:
+    return index._embed_model
+
+
+declare(f"{_INDEX}.VectorStoreIndex._build_index_from_nodes/_insert (wrapt)", framework=CORE, checked=CORE_CHECKED,
+        why="doc-QA tracing: index builds and inserts inside an optimized call defer their vectors into the query graph",
+        check=has_attr(_INDEX, "VectorStoreIndex", "_build_index_from_nodes", "_insert"))
+
+
+def wrap_index_writes(build: Callable[..., Any], insert: Callable[..., Any]) -> None:
+    """Process-wide wrapt wrappers ``(wrapped, instance, args, kwargs)`` around the index's two write paths."""
+    import wrapt
+    from llama_index.core.indices.vector_store.base import VectorStoreIndex
+
+    wrapt.wrap_function_wrapper(VectorStoreIndex, "_build_index_from_nodes", build)
+    wrapt.wrap_function_wrapper(VectorStoreIndex, "_insert", insert)
+
+
+declare("llama_index.core.base.base_query_engine.BaseQueryEngine.query/aquery (wrapt)", framework=CORE,
+        checked=CORE_CHECKED, why="doc-QA tracing: a query inside an optimized call runs as one Ayo graph",
+        check=has_attr("llama_index.core.base.base_query_engine", "BaseQueryEngine", "query", "aquery"))
+
+
+def wrap_query_calls(query: Callable[..., Any], aquery: Callable[..., Any]) -> None:
+    import wrapt
+    from llama_index.core.base.base_query_engine import BaseQueryEngine
+
+    wrapt.wrap_function_wrapper(BaseQueryEngine, "query", query)
+    wrapt.wrap_function_wrapper(BaseQueryEngine, "aquery", aquery)
+
+
+_STORE_METHODS = ("add", "delete", "query")
+_STORE_WHY = "access to a store with pending deferred vectors waits for them first (a barrier)"
+declare("llama_index.core.vector_stores.simple.SimpleVectorStore.add/delete/query/... (wrapt)", framework=CORE,
+        checked=CORE_CHECKED, why=_STORE_WHY,
+        check=has_attr("llama_index.core.vector_stores.simple", "SimpleVectorStore", *_STORE_METHODS))
+declare("llama_index.vector_stores.chroma.ChromaVectorStore.add/delete/query/... (wrapt)", framework=CHROMA,
+        checked=CHROMA_CHECKED, why=_STORE_WHY,
+        check=has_attr("llama_index.vector_stores.chroma", "ChromaVectorStore", *_STORE_METHODS))
+
+
+def wrap_store_methods(store_type: type, names: Iterable[str], wrapper: Callable[..., Any]) -> None:
+    """Wrap those of ``names`` that ``store_type`` defines itself."""
+    import wrapt
+
+    for name in names:
+        if name in vars(store_type):
+            wrapt.wrap_function_wrapper(store_type, name, wrapper)
+
+
+# -- callbacks and instrumentation ---------------------------------------------------------
+
+declare("llama_index.core.callbacks.CallbackManager.on_event_start/on_event_end (wrapt)", framework=CORE,
+        checked=CORE_CHECKED, why="a speculative synthesis records LlamaIndex's own callback events to replay them",
+        check=has_attr("llama_index.core.callbacks", "CallbackManager", "on_event_start", "on_event_end"))
+
+
+def wrap_callback_events(start: Callable[..., Any], end: Callable[..., Any]) -> None:
+    import wrapt
+    from llama_index.core.callbacks import CallbackManager
+
+    wrapt.wrap_function_wrapper(CallbackManager, "on_event_start", start)
+    wrapt.wrap_function_wrapper(CallbackManager, "on_event_end", end)
+
+
+declare("llama_index_instrumentation.dispatcher.DISPATCHER_SPAN_DECORATED_ATTR", framework=INSTRUMENTATION,
+        checked=INSTRUMENTATION_CHECKED,
+        why="Ayo's delegating methods are marked so DispatcherSpanMixin opens no second span around them",
+        check=importable("llama_index_instrumentation.dispatcher", "DISPATCHER_SPAN_DECORATED_ATTR"))
+declare("llama_index_instrumentation dispatcher spans are wrapt.BoundFunctionWrapper (__wrapped__)",
+        framework=INSTRUMENTATION, checked=f"{INSTRUMENTATION_CHECKED}; wrapt 2.x (checked 2.5.2)",
+        why="a stock method whose span Ayo's own method opened is called without it",
+        check=all_of(importable("wrapt", "BoundFunctionWrapper"),
+                     has_attr("llama_index_instrumentation.dispatcher", "Dispatcher", "span")))
+
+
+def mark_spanned_elsewhere(method: Callable[..., Any]) -> Callable[..., Any]:
+    from llama_index_instrumentation.dispatcher import DISPATCHER_SPAN_DECORATED_ATTR
+
+    setattr(method, DISPATCHER_SPAN_DECORATED_ATTR, True)
+    return method
+
+
+def without_span(bound: Any) -> Any:
+    """``bound`` (a method of a user object) minus the dispatcher span (a wrapt wrapper) around it."""
+    import wrapt
+
+    if isinstance(bound, wrapt.BoundFunctionWrapper) and getattr(bound, "__self__", None) is not None:
+        return bound.__wrapped__.__get__(bound.__self__)
+    return bound
+
+
+# -- LLMs ----------------------------------------------------------------------------------
+
+declare(f"{_LLM}.LLM._get_messages/_get_prompt/_parse_output/_log_template_data", framework=CORE,
+        checked=CORE_CHECKED, why="requests are built, and predict events emitted, by the LLM's own predict code",
+        check=has_attr(_LLM, "LLM", "_get_messages", "_get_prompt", "_parse_output", "_log_template_data"))
+
+
+def llm_messages(llm: Any, prompt: Any, **prompt_args: Any) -> list[Any]:
+    return llm._get_messages(prompt, **prompt_args)
+
+
+def llm_prompt(llm: Any, prompt: Any, **prompt_args: Any) -> str:
+    return llm._get_prompt(prompt, **prompt_args)
+
+
+def llm_parse_output(llm: Any, text: str) -> str:
+    return llm._parse_output(text)
+
+
+def llm_log_template_data(llm: Any, prompt: Any, **prompt_args: Any) -> None:
+    llm._log_template_data(prompt, **prompt_args)
+
+
+declare(f"{_OPENAI}.OpenAI._use_chat_completions/_get_model_kwargs/_update_max_tokens/_get_client",
+        framework=OPENAI_LLM, checked=OPENAI_LLM_CHECKED,
+        why="the request body, endpoint and SDK errors come from the OpenAI LLM's own code",
+        check=has_attr(_OPENAI, "OpenAI", "_use_chat_completions", "_get_model_kwargs", "_update_max_tokens",
+                       "_get_client"))
+
+
+def uses_chat_completions(llm: Any) -> bool:
+    return llm._use_chat_completions({})
+
+
+def model_kwargs(llm: Any) -> dict[str, Any]:
+    return llm._get_model_kwargs()
+
+
+def update_max_tokens(llm: Any, kwargs: dict[str, Any], prompt: str) -> None:
+    llm._update_max_tokens(kwargs, prompt)
+
+
+def sdk_client(llm: Any) -> Any:
+    """The openai SDK client the LLM builds (and caches) for itself."""
+    return llm._get_client()
+
+
+declare(f"{_OPENAI}.OpenAI._client/_aclient/_http_client/_async_http_client", framework=OPENAI_LLM,
+        checked=OPENAI_LLM_CHECKED, why="an LLM given its own (httpx or openai) client may point elsewhere: opaque",
+        check=has_private_attr(_OPENAI, "OpenAI", "_client", "_aclient", "_http_client", "_async_http_client"))
+
+
+def user_http_clients(llm: Any) -> tuple[Any, Any]:
+    return getattr(llm, "_http_client", None), getattr(llm, "_async_http_client", None)
+
+
+def cached_sdk_clients(llm: Any) -> tuple[Any, Any]:
+    return getattr(llm, "_client", None), getattr(llm, "_aclient", None)
+
+
+# -- embeddings ----------------------------------------------------------------------------
+
+declare(f"{_HF}.HuggingFaceEmbedding._model/_device/_parallel_process", framework=HF_EMBED,
+        checked=HF_EMBED_CHECKED, why="Ayo's embedding engine loads the same sentence-transformers model with the "
+        "same options (a multi-process model stays opaque)",
+        check=has_private_attr(_HF, "HuggingFaceEmbedding", "_model", "_device", "_parallel_process"))
+
+
+def sentence_transformer(embed_model: Any) -> Any:
+    return embed_model._model
+
+
+def embedding_device(embed_model: Any) -> Any:
+    return getattr(embed_model, "_device", "cpu")
+
+
+def embedding_parallel_process(embed_model: Any) -> bool:
+    return getattr(embed_model, "_parallel_process", False)
+
+
+# -- methods whose stock behaviour Ayo mirrors ----------------------------------------------
+# ``ayo_llamaindex`` reproduces what these methods do (or calls them at its own time); a user
+# subclass overriding one stays opaque (``_util.overridden`` compares them by identity). A
+# release that renames one would make the mirror stale without anyone noticing: declared here.
+
+def mirrored(module: str, qualname: str, methods: tuple[str, ...], *, framework: str = CORE,
+             checked: str = CORE_CHECKED, why: str) -> tuple[str, ...]:
+    """Declare that Ayo mirrors ``methods`` of ``module.qualname``; returns ``methods``."""
+    declare(f"{module}.{qualname} mirrored methods", framework=framework, checked=checked, why=why,
+            check=has_attr(module, qualname, *methods))
+    return methods
+
+
+ENGINE_MIRRORED = mirrored(_Q, "RetrieverQueryEngine", (
+    "query", "aquery", "_query", "_aquery", "retrieve", "aretrieve", "synthesize", "asynthesize",
+    "_apply_node_postprocessors", "_async_apply_node_postprocessors"),
+    why="the query engine's control flow is lowered to a graph")
+VECTOR_RETRIEVER_MIRRORED = mirrored(_RETRIEVERS, "VectorIndexRetriever", (
+    "retrieve", "_retrieve", "_get_nodes_with_embeddings", "_build_vector_store_query",
+    "_handle_recursive_retrieval", "_needs_embedding"), why="retrieval is split into embed + search")
+FUSION_RETRIEVER_MIRRORED = mirrored(_FUSION, "QueryFusionRetriever", (
+    "retrieve", "_retrieve", "_get_queries", "_aget_queries", "_run_sync_queries", "_run_nested_async_queries",
+    "_handle_recursive_retrieval", "_simple_fusion", "_reciprocal_rerank_fusion", "_relative_score_fusion"),
+    why="query expansion is a streamed decode feeding the retrievals, then the retriever's own fusion")
+_SYNTH_RESPONSE = ("get_response", "aget_response", "synthesize", "asynthesize")
+_REFINE_LOOP = ("_run_refine_loop", "_arun_refine_loop", "_update_response", "_aupdate_response")
+SYNTHESIZER_MIRRORED = {  # class name -> methods
+    "SimpleSummarize": mirrored(_SYNTH, "SimpleSummarize", _SYNTH_RESPONSE, why="simple_summarize is mirrored"),
+    "TreeSummarize": mirrored(_SYNTH, "TreeSummarize", _SYNTH_RESPONSE, why="tree_summarize is mirrored"),
+    "Refine": mirrored(_SYNTH, "Refine", _SYNTH_RESPONSE[:2] + _REFINE_LOOP + _SYNTH_RESPONSE[2:],
+                       why="refine is mirrored call by call"),
+    "CompactAndRefine": mirrored(_SYNTH, "CompactAndRefine", _SYNTH_RESPONSE[:2] + ("_make_compact_text_chunks",)
+                                 + _REFINE_LOOP + _SYNTH_RESPONSE[2:], why="compact is mirrored call by call"),
+}
+RERANK_MIRRORED = mirrored("llama_index.core.postprocessor", "LLMRerank", (
+    "postprocess_nodes", "_postprocess_nodes", "_get_node_batches", "_get_predict_kwargs", "_parse_raw_response"),
+    why="LLM reranking is split into batched prefill/decode calls")
+INDEX_MIRRORED = mirrored(_INDEX, "VectorStoreIndex", (
+    "build_index_from_nodes", "_build_index_from_nodes", "_insert", "insert_nodes", "_add_nodes_to_index",
+    "_async_add_nodes_to_index", "_get_node_with_embedding", "as_retriever"),
+    why="doc-QA defers an index's vector writes into the query graph")
+LLM_REQUEST_MIRRORED = mirrored(_OPENAI, "OpenAI", (
+    "predict", "apredict", "complete", "acomplete", "chat", "achat", "_chat", "_achat",
+    "_complete", "_acomplete", "_get_model_kwargs", "_get_messages", "_get_prompt",
+    "_extend_prompt", "_extend_messages", "_parse_output", "_update_max_tokens",
+    "_use_chat_completions", "metadata"), framework=OPENAI_LLM, checked=OPENAI_LLM_CHECKED,
+    why="Ayo sends the request the LLM would send, built by its own methods")
+EMBEDDING_MIRRORED = mirrored(_HF, "HuggingFaceEmbedding", (
+    "_embed", "_embed_with_retry", "_get_query_embedding", "_aget_query_embedding", "_get_text_embedding",
+    "_get_text_embeddings", "_aget_text_embedding", "_aget_text_embeddings", "get_query_embedding",
+    "get_text_embedding_batch", "get_agg_embedding_from_queries"), framework=HF_EMBED, checked=HF_EMBED_CHECKED,
+    why="Ayo's embedding engine computes the vectors the model's own methods would")
