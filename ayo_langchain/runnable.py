@@ -33,6 +33,7 @@ from langchain_core.runnables.config import (
 
 from ayo_core.graph import Graph
 from ayo_core.runtime import CostModel, Engines, EngineScheduler, NodeFailed, Runtime, SchedulerConfig
+from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_langchain import _loop
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
@@ -360,7 +361,7 @@ class OptimizedRunnable(Runnable):
             value, trace = await self.plan.runtime().run(g, {"input": input}, timeout=self.options.timeout)
         except NodeFailed as failed:
             # the user's own exception, as the stock chain raises it
-            raise _original(failed) from None
+            raise unwrap_node_failure(failed) from None
         self.last_trace = trace
         self.last_traces = [*self.last_traces[-1023:], trace]  # this batch's traces (reset per call)
         return value
@@ -471,13 +472,6 @@ def _add(a: Any, b: Any) -> Any:
         return a + b
     except TypeError:
         return b
-
-
-def _original(failed: NodeFailed) -> BaseException:
-    exc: BaseException = failed
-    while isinstance(exc, NodeFailed):
-        exc = exc.cause
-    return exc
 
 
 def _optimize(g: Graph) -> Graph:

@@ -35,6 +35,7 @@ from llama_index.core.callbacks import EventPayload
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph, Node, Op
+from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_llamaindex import events, ingest
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex._util import once
@@ -204,8 +205,6 @@ def _add_ingest_nodes(g: Graph, k: int, p: ingest.PendingIngest, assign: Any) ->
 
 async def run_call_query(state: CallState, query_engine: Any, query: Any,
                          caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
-    from ayo_llamaindex.query_engine import unwrap_failure
-
     # this task runs on Ayo's loop in a copy of the caller's context: nodes must not be
     # intercepted again (an opaque node calls the stock query engine); in aquery, opaque
     # nodes await the stock async methods on the caller's loop
@@ -219,7 +218,7 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
         try:
             value, trace = await rt.run(graph.for_query(f"doc{next(_ids)}"), {"query": bundle})
         except Exception as exc:
-            raise unwrap_failure(exc) from None
+            raise unwrap_node_failure(exc) from None
         event.on_end(payload={EventPayload.RESPONSE: value})
     state.trace = trace
     state.owner.last_trace = trace
