@@ -432,8 +432,9 @@ class OptimizedRunnable(Runnable):
                 task.cancel()
 
     # ---- introspection --------------------------------------------------------------
-    def explain(self) -> str:
-        """What Ayo made of the chain: modules, what stayed opaque and why, engines, the last graph and trace."""
+    def explain(self) -> Any:
+        """What Ayo made of the chain (an ``ayo_core.explain.Explanation``; ``str()`` is the human view):
+        modules, what stayed opaque and why, engines, the last graph, passes, optimizations and trace."""
         from ayo_langchain.explain import explain
 
         return explain(self)

@@ -145,8 +145,9 @@ class OptimizedQueryEngine(BaseQueryEngine):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(stock, name)
 
-    def explain(self) -> str:
-        """Module graph, primitive graph, passes that fired, what stayed opaque (and why)."""
+    def explain(self) -> explain_mod.Explanation:
+        """Module graph, primitive graph, passes and optimizations that fired, what stayed opaque (and why);
+        ``str()`` of the result is the human view."""
         return explain_mod.explain_query_engine(self._plan, self._graph, self.last_trace)
 
     def __repr__(self) -> str:
