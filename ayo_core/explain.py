@@ -13,8 +13,9 @@ meta values of the graph it copies (a per-query copy must not add to its templat
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ayo_core.graph import Graph
@@ -63,6 +64,7 @@ class Optimization:
     name: str
     node: str
     detail: str = ""
+    engine_calls: int | None = None  # requests its node sent in the last query (None: no query yet)
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,8 @@ def optimization_lines(optimizations: Iterable[Optimization]) -> list[str]:
     if not opts:
         return ["optimizations: none fired"]
     return [f"optimizations ({len(opts)}):"] + [
-        f"  {o.name} at {o.node}" + (f": {o.detail}" if o.detail else "") for o in opts]
+        f"  {o.name} at {o.node}" + (f": {o.detail}" if o.detail else "")
+        + ("" if o.engine_calls is None else f" ({o.engine_calls} engine calls in the last query)") for o in opts]
 
 
 def trace_lines(summary: Mapping[str, Any] | None) -> list[str]:
@@ -193,9 +196,13 @@ def explanation(title: str = "", *, graph: Graph | None = None, trace: Any = Non
                 module_lines: Iterable[str] = (), notes: Iterable[str] = ()) -> Explanation:
     """Build an :class:`Explanation` from a graph (passes, optimizations, nodes), a ``Trace`` and
     the adapter's modules; ``(name, template)`` / ``(name, reason)`` pairs are accepted."""
+    facts = graph_facts(graph)
+    if trace is not None and facts:
+        calls = Counter(c.node for c in getattr(trace, "engine_calls", ()))
+        facts["optimizations"] = [replace(o, engine_calls=calls.get(o.node, 0)) for o in facts["optimizations"]]
     return Explanation(
         title=title,
         modules=[m if isinstance(m, LoweredModule) else LoweredModule(*m) for m in modules],
         opaque=[o if isinstance(o, OpaqueModule) else OpaqueModule(*o) for o in opaque],
         trace=trace.summary() if trace is not None else None,
-        module_lines=list(module_lines), notes=list(notes), **graph_facts(graph))
+        module_lines=list(module_lines), notes=list(notes), **facts)

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ayo_core.engines.prefix_warming import STAND_INS, WarmBudget, engine_busy, token_prefix, warm_budget, warm_ids
-from ayo_core.graph import Op, PrefixSpec
+from ayo_core.graph import PrefixSpec
+from ayo_core.passes.prefill import progressive_prefill
 from ayo_langchain import capture as cap
 
 log = logging.getLogger(__name__)
@@ -89,9 +90,8 @@ def early_inputs(lowerer: Any, prompt_step: cap.Module, model_step: cap.Model,
     if (lowerer.plan.options.progressive_prefill and len(late_keys) == 1
             and sources[late_keys[0]] in lowerer.progress):
         progress = lowerer.progress[sources[late_keys[0]]]
-        lowerer.add("progressive_prefill", Op.PARTIAL_PREFILL, warm.progressive(progress),
-                    {"part": progress.per_node, **inputs}, model_step, engine="llm", cost=0.0,
-                    meta={"per_part": "part", "optional": True})
+        lowerer.add("progressive_prefill", module=model_step,
+                    **progressive_prefill(warm.progressive(progress), progress.per_node, inputs))
     return Early(inputs=inputs, spec=PrefixSpec(early_inputs=tuple(kwargs), build=warm.static))
 
 
