@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ayo_langchain.runnable import OptimizedRunnable, Options
+from ayo_shims import langchain as shims
 
 __all__ = ["OptimizedRunnable", "Options", "optimize"]
 
@@ -24,5 +25,8 @@ def optimize(runnable: Any, *, runtime: Any = None, **options: Any) -> Optimized
     ``options`` are :class:`Options` fields (``policy``, ``prefill_split``,
     ``min_prefill_tokens``, ``exact_embeddings``, ``passes``, ``timeout``);
     ``runtime`` shares an existing :class:`ayo_core.runtime.Runtime` (and its engines).
+    Raises :class:`ayo_shims.touchpoints.ShimError` when an installed langchain-core, langchain-openai,
+    openai or pydantic release lacks an internal Ayo relies on (checked once per process).
     """
+    shims.verify_all()
     return OptimizedRunnable(runnable, Options(**options), runtime=runtime)

@@ -18,6 +18,8 @@ from langchain_core.callbacks.manager import AsyncCallbackManagerForRetrieverRun
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config, merge_configs, patch_config
 
+from ayo_shims import langchain as shims
+
 
 def leaf_config(cfg: RunnableConfig, wrappers: tuple[Any, ...], runnable: Any) -> RunnableConfig:
     """``cfg`` with the config of enclosing ``with_config`` bindings merged in.
@@ -97,7 +99,7 @@ def retriever_manager(retriever: Any, cfg: RunnableConfig, with_ls_params: bool 
     without the LangSmith metadata, as retrievers overriding ``ainvoke`` open theirs)."""
     cfg = ensure_config(cfg)
     try:
-        ls_params = retriever._get_ls_params() if with_ls_params else {}
+        ls_params = shims.retriever_ls_params(retriever) if with_ls_params else {}
     except Exception:  # noqa: BLE001 - tracing metadata must never fail retrieval
         ls_params = {}
     return AsyncCallbackManager.configure(

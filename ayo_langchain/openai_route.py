@@ -25,6 +25,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ayo_shims import langchain as shims
+from ayo_shims import openai_sdk
+
 log = logging.getLogger(__name__)
 
 # Request keys the engine forwards verbatim; anything else means "not ours".
@@ -183,7 +186,7 @@ class _ShimBase:
     def read_timeout(self) -> float | None:
         """How long the user's client waits for the server's answer (``ChatOpenAI(timeout=...)``:
         httpx's read timeout); None when unset (the SDK then waits as long as it takes)."""
-        timeout = getattr(getattr(self._original, "_client", None), "timeout", None)
+        timeout = getattr(openai_sdk.resource_client(self._original), "timeout", None)
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
             return float(timeout) if timeout > 0 else None
         read = getattr(timeout, "read", None)
@@ -201,7 +204,7 @@ class _ShimBase:
     @property
     def max_retries(self) -> int:
         """The retries the user's client would make (``ChatOpenAI(max_retries=N)``, SDK default 2)."""
-        n = getattr(getattr(self._original, "_client", None), "max_retries", 0)
+        n = getattr(openai_sdk.resource_client(self._original), "max_retries", 0)
         return n if isinstance(n, int) and n > 0 else 0
 
     async def _fallback(self, payload: dict, exc: BaseException, raw: bool = False) -> Any:
@@ -307,7 +310,9 @@ def _sdk_status_error(original: Any, exc: BaseException) -> BaseException | None
     (same class and message as stock); None when ``exc`` carries no HTTP status."""
     from ayo_shims.openai_errors import sdk_error
 
-    client = getattr(original, "_client", None)
+    client = openai_sdk.resource_client(original)
+    if client is None:
+        return None
     return sdk_error(client, str(getattr(client, "base_url", "http://localhost/")), exc, transport=False)
 
 
@@ -446,4 +451,4 @@ def routed_copy(model: Any) -> Any:
     from langchain_openai import OpenAI
 
     shim_cls = CompletionsShim if isinstance(model, OpenAI) else ChatCompletionsShim
-    return model.model_copy(update={"async_client": shim_cls(model.async_client)})
+    return shims.with_async_client(model, shim_cls)

@@ -32,6 +32,7 @@ from ayo_core.engines.prefix_warming import STAND_INS, WarmBudget, engine_busy, 
 from ayo_core.graph import PrefixSpec
 from ayo_core.passes.prefill import progressive_prefill
 from ayo_langchain import capture as cap
+from ayo_shims import langchain as shims
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ async def _replay(lam: Any, value: Any) -> Any:
 def _cache_kwargs(model: Any) -> dict[str, Any]:
     """Request fields that scope vLLM's prefix cache (``cache_salt``): a warm-up only helps under the same."""
     try:
-        params = dict(model._default_params)
+        params = shims.model_default_params(model)
     except Exception:  # noqa: BLE001
         return {}
     salt = (params.get("extra_body") or {}).get("cache_salt", params.get("cache_salt"))
@@ -211,5 +212,5 @@ def _render(prompt: Any, chat: bool, model: Any, values: dict[str, Any]) -> dict
     """Tokenize arguments for the request ``model`` would send for ``prompt`` filled with ``values``."""
     pv = prompt.invoke(values)  # no config: these stand-in renders are not the user's runs
     if chat:
-        return {"messages": model._get_request_payload(pv)["messages"]}
+        return {"messages": shims.chat_request_payload(model, pv)["messages"]}
     return {"prompt": pv.to_string()}

@@ -40,6 +40,7 @@ from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import child, leaf_config
 from ayo_langchain.lower import SECONDS_PER_TOKEN, Lowerer, QueryRun, is_language_model
 from ayo_langchain.openai_route import routed_copy
+from ayo_shims import langchain as shims
 
 log = logging.getLogger(__name__)
 _END = object()
@@ -298,7 +299,7 @@ class OptimizedRunnable(Runnable):
     def _top_config(self, config: RunnableConfig | None) -> RunnableConfig:
         config = ensure_config(config)
         for w in self.plan.top_wrappers:
-            config = w._merge_configs(config)
+            config = shims.binding_config(w, config)
         return config
 
     def reports_own_run(self) -> bool:

@@ -8,6 +8,7 @@ have raised for that answer: an HTTP error is rebuilt by the SDK's own
 message); a transport failure becomes ``APIConnectionError`` / ``APITimeoutError`` (what the
 SDK raises once its retries are spent).
 
+The SDK internal is reached through :mod:`ayo_shims.openai_sdk` (declared there once).
 Duck-typed on the engine error (``status_code``, ``body``, ``__cause__``): ``ayo_shims``
 never imports ``ayo_core``.
 """
@@ -17,15 +18,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ayo_shims.touchpoints import declare, has_attr
+from ayo_shims import openai_sdk
 
 log = logging.getLogger(__name__)
-
-MAKE_STATUS_ERROR = declare(
-    "openai._base_client.BaseClient._make_status_error_from_response", framework="openai",
-    checked="2.x (2.54)",
-    why="rebuilds the SDK's own APIStatusError subclass from a server's HTTP error Ayo's engine met",
-    check=has_attr("openai", "AsyncOpenAI", "_make_status_error_from_response"))
 
 
 def status_error(client: Any, status: int, body: str, url: str) -> BaseException | None:
@@ -33,12 +28,9 @@ def status_error(client: Any, status: int, body: str, url: str) -> BaseException
     None when ``client`` cannot build it (not an openai client, or an SDK without the helper)."""
     import httpx
 
-    build = getattr(client, MAKE_STATUS_ERROR.name.rsplit(".", 1)[1], None)
-    if build is None:
-        return None
     response = httpx.Response(status, content=body.encode(), request=httpx.Request("POST", url))
     try:
-        return build(response)
+        return openai_sdk.status_error_from_response(client, response)  # the declared touchpoint
     except Exception:  # noqa: BLE001 - the caller keeps Ayo's own (clear) error instead
         log.debug("could not rebuild the openai SDK error for HTTP %s", status, exc_info=True)
         return None

@@ -1,0 +1,166 @@
+"""LangChain touchpoints: the langchain-core and langchain-openai internals ``ayo_langchain`` reaches.
+
+The adapter keeps LangChain's own behaviour by calling LangChain's own code: a binding's
+config merge, a retriever's tracing metadata, a chat model's request payload and default
+parameters, and the model's ``async_client``, which a copy of the user's model gets
+replaced by Ayo's client shim (the model then builds, sends and parses its requests as
+stock does, only through Ayo's engine). Each reach is one function here, declared once
+with the versions it was checked on; ``verify()`` (called by ``ayo_langchain.optimize``)
+fails loudly, naming the touchpoint, when an installed version no longer has it.
+
+Imports the frameworks only (lazily, in the checks): never ``ayo_core`` or an adapter.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from ayo_shims import openai_sdk
+from ayo_shims.touchpoints import all_of, declare, has_attr, has_params, verify
+
+LANGCHAIN_CORE = "langchain-core"
+LANGCHAIN_OPENAI = "langchain-openai"
+PYDANTIC = "pydantic"
+FRAMEWORKS = (LANGCHAIN_CORE, LANGCHAIN_OPENAI, openai_sdk.FRAMEWORK, PYDANTIC)
+CORE_CHECKED = "1.x (checked 1.8.3)"
+OPENAI_CHECKED = "1.x (checked 1.7.4)"
+PYDANTIC_CHECKED = "2.x (checked 2.14.4)"
+
+_CHAT = "langchain_openai.chat_models.base"
+_LLM = "langchain_openai.llms.base"
+
+
+def verify_all() -> None:
+    """Check every touchpoint ``ayo_langchain`` relies on (once per process); raises ``ShimError``."""
+    verify(*FRAMEWORKS)
+
+
+def _has_fields(module: str, qualname: str, *fields: str) -> Callable[[], None]:
+    """Check: the pydantic model ``module.qualname`` has the fields ``fields`` (pydantic keeps
+    fields off the class, so ``hasattr`` cannot tell)."""
+    def check() -> None:
+        cls = getattr(importlib.import_module(module), qualname)
+        missing = [f for f in fields if f not in cls.model_fields]
+        if missing:
+            raise AttributeError(f"{module}.{qualname} has no field {', '.join(missing)}")
+    return check
+
+
+# ---- langchain-core ---------------------------------------------------------------------
+
+BINDING_MERGE_CONFIGS = declare(
+    "langchain_core.runnables.base.RunnableBindingBase._merge_configs", framework=LANGCHAIN_CORE,
+    checked=CORE_CHECKED,
+    why="a with_config() binding around the whole chain configures the query's run as "
+        "RunnableBinding.invoke does (its config, then its config_factories)",
+    check=all_of(has_attr("langchain_core.runnables.base", "RunnableBinding", "_merge_configs"),
+                 has_params("langchain_core.runnables.base", "RunnableBindingBase._merge_configs", ["configs"])))
+
+
+def binding_config(binding: Any, config: Any) -> Any:
+    """``config`` merged with a ``RunnableBinding``'s own config, as the binding merges it when called."""
+    return binding._merge_configs(config)
+
+
+RETRIEVER_LS_PARAMS = declare(
+    "langchain_core.retrievers.BaseRetriever._get_ls_params", framework=LANGCHAIN_CORE, checked=CORE_CHECKED,
+    why="a retriever Ayo splits into embed+search opens its run with the LangSmith metadata "
+        "BaseRetriever.invoke adds",
+    check=has_attr("langchain_core.retrievers", "BaseRetriever", "_get_ls_params"))
+
+
+def retriever_ls_params(retriever: Any) -> dict[str, Any]:
+    """The tracing metadata a retriever adds to its run (``ls_retriever_name``...)."""
+    return retriever._get_ls_params()
+
+
+_LAMBDA_RUN_WHY = ("a lambda's body runs under the chain run RunnableLambda.invoke opens, with its config "
+                   "and error reporting, while Ayo keeps a returned runnable to lower it instead of invoking it")
+RUNNABLE_CALL_WITH_CONFIG = declare(
+    "langchain_core.runnables.base.Runnable._call_with_config", framework=LANGCHAIN_CORE, checked=CORE_CHECKED,
+    why=_LAMBDA_RUN_WHY,
+    check=has_params("langchain_core.runnables.base", "Runnable._call_with_config", ["func", "input_", "config"]))
+RUNNABLE_ACALL_WITH_CONFIG = declare(
+    "langchain_core.runnables.base.Runnable._acall_with_config", framework=LANGCHAIN_CORE, checked=CORE_CHECKED,
+    why=_LAMBDA_RUN_WHY,
+    check=has_params("langchain_core.runnables.base", "Runnable._acall_with_config", ["func", "input_", "config"]))
+
+
+def call_with_config(runnable: Any, func: Callable[..., Any], value: Any, config: Any) -> Any:
+    """``func(value, run_manager, config)`` under the chain run ``runnable`` opens for itself (sync)."""
+    return runnable._call_with_config(func, value, config)
+
+
+async def acall_with_config(runnable: Any, func: Callable[..., Any], value: Any, config: Any) -> Any:
+    """``await func(value, run_manager, config)`` under the chain run ``runnable`` opens for itself."""
+    return await runnable._acall_with_config(func, value, config)
+
+
+# ---- pydantic (as LangChain's runnables use it) -------------------------------------------
+
+
+def _generic_origin_check() -> None:
+    from langchain_core.runnables import RunnableParallel
+
+    if generic_origin(RunnableParallel[dict]) is not RunnableParallel:
+        raise AttributeError("RunnableParallel[dict].__pydantic_generic_metadata__ names no origin")
+
+
+GENERIC_ORIGIN = declare(
+    "pydantic.BaseModel.__pydantic_generic_metadata__", framework=PYDANTIC, checked=PYDANTIC_CHECKED,
+    why="capture recognizes a parametrized runnable (RunnableParallel[dict]) by its generic class",
+    check=_generic_origin_check)
+
+
+def generic_origin(cls: type) -> type:
+    """The generic class a pydantic parametrization ``cls`` (``RunnableParallel[dict]``) was made from;
+    ``cls`` itself when it is not one."""
+    meta = getattr(cls, "__pydantic_generic_metadata__", None) or {}
+    return meta.get("origin") or cls
+
+
+# ---- langchain-openai -------------------------------------------------------------------
+
+CHAT_DEFAULT_PARAMS = declare(
+    f"{_CHAT}.BaseChatOpenAI._default_params", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why="a prefill warm-up uses the request's cache_salt (vLLM scopes its prefix cache by it)",
+    check=has_attr(_CHAT, "BaseChatOpenAI", "_default_params"))
+LLM_DEFAULT_PARAMS = declare(
+    f"{_LLM}.BaseOpenAI._default_params", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why="a prefill warm-up uses the request's cache_salt (vLLM scopes its prefix cache by it)",
+    check=has_attr(_LLM, "BaseOpenAI", "_default_params"))
+
+
+def model_default_params(model: Any) -> dict[str, Any]:
+    """The request parameters a ``ChatOpenAI`` / ``OpenAI`` sends by default (a copy)."""
+    return dict(model._default_params)
+
+
+CHAT_REQUEST_PAYLOAD = declare(
+    f"{_CHAT}.BaseChatOpenAI._get_request_payload", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why="a prefill warm-up tokenizes exactly the messages the chat model will send",
+    check=all_of(has_attr(_CHAT, "BaseChatOpenAI", "_get_request_payload"),
+                 has_params(_CHAT, "BaseChatOpenAI._get_request_payload", ["input_", "stop"])))
+
+
+def chat_request_payload(model: Any, value: Any) -> dict[str, Any]:
+    """The request body a ``ChatOpenAI`` builds for the input ``value`` (messages, parameters)."""
+    return model._get_request_payload(value)
+
+
+_ASYNC_CLIENT_WHY = ("a copy of the user's model gets Ayo's client shim as async_client: the model sends "
+                     "async_client.create(**payload) / with_raw_response.create(**payload) and reads the answer "
+                     "(parse(), headers, the stream's context manager) as from the SDK")
+CHAT_ASYNC_CLIENT = declare(
+    f"{_CHAT}.BaseChatOpenAI.async_client", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why=_ASYNC_CLIENT_WHY, check=_has_fields(_CHAT, "BaseChatOpenAI", "async_client"))
+LLM_ASYNC_CLIENT = declare(
+    f"{_LLM}.BaseOpenAI.async_client", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why=_ASYNC_CLIENT_WHY, check=_has_fields(_LLM, "BaseOpenAI", "async_client"))
+
+
+def with_async_client(model: Any, wrap: Callable[[Any], Any]) -> Any:
+    """A copy of ``model`` (``ChatOpenAI`` / ``OpenAI``) whose ``async_client`` is ``wrap(its client)``."""
+    return model.model_copy(update={"async_client": wrap(model.async_client)})
