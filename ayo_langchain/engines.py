@@ -55,30 +55,8 @@ def embedding_folder(emb: Any) -> str | None:
     return None
 
 
-_cache_info: dict[str, dict[str, Any] | None] = {}
-
-
 async def prefix_cache_info(llm: Any) -> dict[str, Any] | None:
-    """vLLM's prefix-cache settings (``enable_prefix_caching``, ``block_size``) from its ``/metrics``,
-    fetched once per server; None when the server does not say (then Ayo assumes defaults)."""
-    import re
+    """vLLM's prefix-cache settings of ``llm``'s server (see :mod:`ayo_core.engines.capabilities`)."""
+    from ayo_core.engines.capabilities import prefix_cache_info as core_info
 
-    import httpx
-
-    root = getattr(llm, "root_url", None) or getattr(getattr(llm, "engine", None), "root_url", None)
-    if not root:
-        return None
-    if root not in _cache_info:
-        info: dict[str, Any] | None = None
-        try:
-            async with httpx.AsyncClient(timeout=2.0) as client:
-                text = (await client.get(f"{root}/metrics")).text
-            line = next((ln for ln in text.splitlines() if ln.startswith("vllm:cache_config_info{")), "")
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-            if labels:
-                info = {"prefix_caching": labels.get("enable_prefix_caching") == "True",
-                        "block_size": int(labels.get("block_size") or 0) or None}
-        except Exception:  # noqa: BLE001 - no metrics endpoint: no information
-            info = None
-        _cache_info[root] = info
-    return _cache_info[root]
+    return await core_info(getattr(llm, "root_url", None) or getattr(getattr(llm, "engine", None), "root_url", None))

@@ -31,6 +31,7 @@ from langchain_core.runnables.config import (
 )
 from langchain_core.runnables.utils import is_async_generator
 
+from ayo_core.explain import record_optimization
 from ayo_core.graph import Graph
 from ayo_core.modules import TypeDispatch
 from ayo_core.runtime.context import Expand
@@ -126,7 +127,7 @@ class Lowerer:
 
     def record(self, optimization: str, node: str, detail: str) -> None:
         """Note an optimization the lowering set up (``explain()`` lists ``graph.meta["optimizations"]``)."""
-        self.graph.meta.setdefault("optimizations", []).append({"name": optimization, "node": node, "detail": detail})
+        record_optimization(self.graph, optimization, node, detail)
 
     # ---- dispatch -------------------------------------------------------------------------
     def lower(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:

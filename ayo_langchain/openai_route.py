@@ -308,19 +308,12 @@ class _ShimBase:
 def _sdk_status_error(original: Any, exc: BaseException) -> BaseException | None:
     """The OpenAI SDK's exception for the server's HTTP error in ``exc``, built by the SDK itself
     (same class and message as stock); None when ``exc`` carries no HTTP status."""
-    import httpx
+    from ayo_shims.openai_errors import sdk_error
 
-    status, body = getattr(exc, "status_code", None), getattr(exc, "body", None)
     client = openai_sdk.resource_client(original)
-    if status is None or body is None or client is None:
+    if client is None:
         return None
-    request = httpx.Request("POST", str(getattr(client, "base_url", "http://localhost/")))
-    response = httpx.Response(status, content=body.encode(), request=request)
-    try:
-        return openai_sdk.status_error_from_response(client, response)
-    except Exception:  # noqa: BLE001 - an SDK without this helper: the caller falls back to a request
-        log.debug("could not rebuild the SDK's error for HTTP %s", status, exc_info=True)
-        return None
+    return sdk_error(client, str(getattr(client, "base_url", "http://localhost/")), exc, transport=False)
 
 
 def _parsed(kind: str, body: dict[str, Any]) -> Any:

@@ -28,15 +28,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ayo_core.engines.prefix_warming import STAND_INS, WarmBudget, engine_busy, token_prefix, warm_budget, warm_ids
 from ayo_core.graph import PrefixSpec
+from ayo_core.passes.prefill import PROGRESSIVE
 from ayo_core.templates import Warmup
 from ayo_langchain import capture as cap
 from ayo_shims import langchain as shims
 
 log = logging.getLogger(__name__)
 
-_STAND_INS = ("Zqxj", "Wvkp")  # two late-value stand-ins that share no first token
-SAFETY_TOKENS = 2  # tokens that may merge across the early/late boundary
 EARLY_S = 0.05  # a value estimated to exist this soon after the start counts as early
 
 
@@ -94,7 +94,8 @@ def early_inputs(lowerer: Any, prompt_step: cap.Module, model_step: cap.Model,
         progress = lowerer.progress[sources[late_keys[0]]]
         node = lowerer.build(Warmup(warm.progressive(progress), model_step.label(), takes_ctx=True,
                                     per_part="part"), {"part": progress.per_node, **inputs}, "progressive_prefill")
-        lowerer.record("progressive_prefill", node, "the prompt is prefilled as each generated query's documents come")
+        # flagged for prefill_splitting, which lists it in explain()'s optimizations
+        lowerer.graph.replace(lowerer.graph.nodes[node].with_meta(**{PROGRESSIVE: True}))
     return Early(inputs=inputs, spec=PrefixSpec(early_inputs=tuple(kwargs), build=warm.static))
 
 
@@ -118,45 +119,26 @@ class Warmer:
     async def prefix(self, ctx: Any, values: dict[str, Any], late_prefix: str = "") -> list[int]:
         """Token ids every final request with these values (and late values starting with ``late_prefix``) starts with."""
         renders = [_render(self.prompt, self.model_step.chat, self.model_step.model,
-                           {**values, **dict.fromkeys(self.late, late_prefix + s)}) for s in _STAND_INS]
-        toks = await asyncio.gather(*(ctx.llm.tokenize(**r) for r in renders))
-        return toks[0][: max(0, _common_prefix(toks[0], toks[1]) - SAFETY_TOKENS)]
+                           {**values, **dict.fromkeys(self.late, late_prefix + s)}) for s in STAND_INS]
+        return await token_prefix(ctx.llm, renders)
 
-    async def worthwhile(self, ctx: Any) -> int | None:
-        """The fewest tokens worth warming (a whole KV block), or None when the server has no prefix
-        cache (a warm-up would be pure waste) or is already busy with real work."""
-        from ayo_core.engines.device import early_prefill_pays
-        from ayo_langchain.engines import prefix_cache_info
-
-        if self.busy():
+    async def worthwhile(self, ctx: Any) -> WarmBudget | None:
+        """What a warm-up must hold (the core's rule: device, prefix cache, block size), or None
+        when it does not pay there or the engine is already busy with real work."""
+        if engine_busy(ctx.llm, self.plan.options.warmup_max_busy):
             return None
         root = getattr(self.plan.llm, "root_url", None) or getattr(getattr(self.plan.llm, "engine", None), "root_url", None)
-        if root and not await early_prefill_pays(root):  # a CPU server: early prefill only moves work
-            return None
-        info = await prefix_cache_info(self.plan.llm)
-        if info is None:
-            return self.plan.min_prefill_tokens
-        if not info["prefix_caching"]:
-            return None
-        return max(self.plan.min_prefill_tokens, info["block_size"] or 0)
-
-    def busy(self) -> bool:
-        """The engine already serves enough real work: a warm-up would only take compute from it."""
-        try:
-            stats = self.plan.runtime().statistics().get("llm")
-        except Exception:  # noqa: BLE001 - no statistics: assume idle
-            return False
-        return stats is not None and stats.running_requests >= self.plan.options.warmup_max_busy
+        if not root:
+            return WarmBudget(self.plan.min_prefill_tokens)
+        return await warm_budget(root, self.plan.min_prefill_tokens)
 
     async def static(self, ctx: Any, **early: Any) -> Any:
         try:
-            least = await self.worthwhile(ctx)
-            if least is None:
+            budget = await self.worthwhile(ctx)
+            if budget is None:
                 return None
             ids = await self.prefix(ctx, self.values(early))
-            if len(ids) < least:
-                return None
-            return await ctx.llm.prefill(prompt=ids, **self.cache_kwargs)
+            return await warm_ids(ctx.llm, ids, budget.least, budget.block_size, **self.cache_kwargs) or None
         except Exception as exc:  # noqa: BLE001 - a warm cache is an optimization, never a failure
             log.debug("prefill split skipped: %s: %s", type(exc).__name__, exc)
             return None
@@ -177,9 +159,9 @@ class Warmer:
                     return
                 parts[index] = part[1]
                 async with lock:  # one prefill at a time, each for the longest prefix known then
-                    least = None if progress.generated.is_set() else await self.worthwhile(ctx)
-                    if least is not None:
-                        await self._advance(ctx, progress, parts, state, early, least)
+                    budget = None if progress.generated.is_set() else await self.worthwhile(ctx)
+                    if budget is not None:
+                        await self._advance(ctx, progress, parts, state, early, budget)
             except Exception as exc:  # noqa: BLE001 - never fail the query over a warm cache
                 state["off"] = True
                 log.debug("progressive prefill stopped: %s: %s", type(exc).__name__, exc)
@@ -187,7 +169,7 @@ class Warmer:
         return fn
 
     async def _advance(self, ctx: Any, progress: Progress, parts: dict[int, list], state: dict,
-                       early: dict[str, Any], least: int) -> None:
+                       early: dict[str, Any], budget: WarmBudget) -> None:
         j = state["done"]
         while j + 1 in parts:
             j += 1
@@ -205,12 +187,10 @@ class Warmer:
             return
         state["context"] = value
         ids = await self.prefix(ctx, self.values(early), value)
-        if len(ids) - state["warm"] < least:
-            return
-        state["warm"] = len(ids)
-        result = await ctx.llm.prefill(prompt=ids, **self.cache_kwargs)
-        log.debug("progressive prefill of %d tokens (parts 0..%d, %d cached)", len(ids), j,
-                  getattr(result, "cached_tokens", -1))
+        sent = await warm_ids(ctx.llm, ids, budget.least, budget.block_size, already=state["warm"], **self.cache_kwargs)
+        if sent:
+            state["warm"] = sent
+            log.debug("progressive prefill of %d tokens (parts 0..%d)", sent, j)
 
 
 async def _replay(lam: Any, value: Any) -> Any:
@@ -237,12 +217,3 @@ def _render(prompt: Any, chat: bool, model: Any, values: dict[str, Any]) -> dict
     if chat:
         return {"messages": shims.chat_request_payload(model, pv)["messages"]}
     return {"prompt": pv.to_string()}
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -46,6 +46,7 @@ from ayo_core.runtime import (
     llm_config,
     runtime_on_shared_schedulers,
 )
+from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import child, leaf_config
@@ -380,7 +381,7 @@ class OptimizedRunnable(Runnable):
             value, trace = await self.plan.runtime().run(g, {"input": input}, timeout=self.options.timeout)
         except NodeFailed as failed:
             # the user's own exception, as the stock chain raises it
-            raise _original(failed) from None
+            raise unwrap_node_failure(failed) from None
         self.last_trace = trace
         self.last_traces = [*self.last_traces[-1023:], trace]  # this batch's traces (reset per call)
         return value
@@ -451,8 +452,9 @@ class OptimizedRunnable(Runnable):
                 task.cancel()
 
     # ---- introspection --------------------------------------------------------------
-    def explain(self) -> str:
-        """What Ayo made of the chain: modules, what stayed opaque and why, engines, the last graph and trace."""
+    def explain(self) -> Any:
+        """What Ayo made of the chain (an ``ayo_core.explain.Explanation``; ``str()`` is the human view):
+        modules, what stayed opaque and why, engines, the last graph, passes, optimizations and trace."""
         from ayo_langchain.explain import explain
 
         return explain(self)
@@ -492,9 +494,3 @@ def _add(a: Any, b: Any) -> Any:
     except TypeError:
         return b
 
-
-def _original(failed: NodeFailed) -> BaseException:
-    exc: BaseException = failed
-    while isinstance(exc, NodeFailed):
-        exc = exc.cause
-    return exc

@@ -35,6 +35,7 @@ from llama_index.core.callbacks import EventPayload
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
+from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_core.templates import Indexing, IndexingHooks
 from ayo_llamaindex import events, ingest
 from ayo_llamaindex import explain as explain_mod
@@ -56,6 +57,7 @@ class CallState:
     pending: list[ingest.PendingIngest] = field(default_factory=list)
     modules: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    lowered: list[tuple[str, str]] = field(default_factory=list)  # (module, core template), for explain()
     graph: Any = None
     trace: Any = None
 
@@ -119,20 +121,12 @@ class OptimizedFunction:
         if state.trace is not None:
             self.last_trace = state.trace
 
-    def explain(self) -> str:
+    def explain(self) -> explain_mod.Explanation:
         """What the last call traced: modules, the graph it ran, passes, what ran stock and why."""
         state = self._last
         if state is None:
-            return "no call traced yet: call the optimized function once, then explain()"
-        lines = ["== traced calls (last call) =="]
-        lines += state.modules or ["(no LlamaIndex call Ayo follows was seen: the function ran stock)"]
-        if state.graph is not None:
-            lines += ["", "== primitive graph ==", state.graph.format(), explain_mod.passes_line(state.graph),
-                      *explain_mod.speculation_lines(state.graph)]
-        lines += ["", "ran stock (tracing could not follow):" if state.notes else "ran stock: nothing"]
-        lines += [f"  {n}" for n in state.notes]
-        lines += ["", *explain_mod.trace_lines(state.trace)]
-        return "\n".join(lines)
+            return explain_mod.Explanation("no call traced yet: call the optimized function once, then explain()")
+        return explain_mod.explain_call(state.modules, state.lowered, state.notes, state.graph, state.trace)
 
 
 def is_async_callable(fn: Any) -> bool:
@@ -183,6 +177,7 @@ def build_call_graph(state: CallState, query_engine: Any) -> tuple[Graph, Any, A
         after.append(_add_ingest_nodes(g, k, p, assign))
     build_query_graph(plan, assign, extra_after=frozenset(after), graph=g)
     state.modules.extend(describe(plan))
+    state.lowered.extend(explain_mod.lowered_modules(plan))
     for name, reason in plan.opaque_modules():
         state.notes.append(f"{name}: {reason}")
     return explain_mod.apply_passes(g), plan, assign
@@ -203,8 +198,6 @@ def _add_ingest_nodes(g: Graph, k: int, p: ingest.PendingIngest, assign: Any) ->
 
 async def run_call_query(state: CallState, query_engine: Any, query: Any,
                          caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
-    from ayo_llamaindex.query_engine import unwrap_failure
-
     # this task runs on Ayo's loop in a copy of the caller's context: nodes must not be
     # intercepted again (an opaque node calls the stock query engine); in aquery, opaque
     # nodes await the stock async methods on the caller's loop
@@ -218,7 +211,7 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
         try:
             value, trace = await rt.run(graph.for_query(f"doc{next(_ids)}"), {"query": bundle})
         except Exception as exc:
-            raise unwrap_failure(exc) from None
+            raise unwrap_node_failure(exc) from None
         event.on_end(payload={EventPayload.RESPONSE: value})
     state.trace = trace
     state.owner.last_trace = trace
@@ -254,6 +247,7 @@ def _defer(state: CallState, index: Any, args: tuple, kwargs: dict, what: str) -
     struct = index.index_struct_cls() if what == "build" else index.index_struct
     pending = ingest.defer_vectors(index, struct, nodes)
     state.pending.append(pending)
+    state.lowered.append((f"{type(index).__name__}.{what}", "Indexing"))
     state.modules.append(f"indexing ({what}): {type(index).__name__}, {len(nodes)} chunks -> Indexing[embed="
                          f"{pending.embed.label}{'' if pending.embed.recognized else ' (opaque)'}, "
                          f"store={type(pending.store).__name__}] (vectors deferred into the query graph)")

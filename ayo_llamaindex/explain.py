@@ -1,10 +1,13 @@
-"""``explain()``: the module graph, the primitive graph, the passes that fired, what stayed opaque."""
+"""``explain()`` for LlamaIndex: the plan's modules put into the core's :class:`~ayo_core.explain.Explanation`."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from ayo_core.explain import Explanation, explanation
+
+__all__ = ["Explanation", "apply_passes", "explain_call", "explain_query_engine", "lowered_modules"]
 from ayo_llamaindex.capture import QueryEnginePlan, describe
 
 log = logging.getLogger(__name__)
@@ -17,44 +20,36 @@ def apply_passes(graph: Any) -> Any:
     return optimize_graph(graph)
 
 
-def passes_line(graph: Any) -> str:
-    history = graph.meta.get("passes") or []
-    if not history:
-        return "passes: none ran"
-    return "passes: " + ", ".join(f"{name}{' (fired)' if changed else ' (no change)'}" for name, changed in history)
-
-
-def trace_lines(trace: Any) -> list[str]:
-    """Where the last query's time went (from its trace)."""
-    if trace is None:
-        return ["last query: none yet"]
-    lines = [f"last query {trace.query_id}: {trace.latency:.3f}s, critical-path bound "
-             f"{trace.critical_path_bound():.3f}s, status {trace.status}"]
-    for op, stats in trace.stage_breakdown().items():
-        lines.append(f"  {op:<16} busy {stats['busy']:.3f}s  wall {stats['wall']:.3f}s  x{int(stats['count'])}")
-    overhead = {k: v for k, v in trace.overhead.items() if v}
-    if overhead:
-        lines.append("  ayo overhead: " + ", ".join(f"{k} {v * 1000:.1f}ms" for k, v in overhead.items()))
-    return lines
-
-
-def opaque_lines(opaque: list[tuple[str, str]]) -> list[str]:
-    if not opaque:
-        return ["opaque: nothing (every module was lowered)"]
-    return ["opaque (called as the user's object, still scheduled as one node):"] + [
-        f"  {name}: {reason}" for name, reason in opaque]
+def lowered_modules(plan: QueryEnginePlan) -> list[tuple[str, str]]:
+    """``(module, template)`` for every module of ``plan`` Ayo lowered (opaque ones are listed apart)."""
+    if plan.kind == "opaque":
+        return []
+    out = [(type(plan.obj).__name__, "QueryEngine")]
+    for part in plan._all():
+        template = part.template
+        if template != "Opaque":
+            out.append((type(part.obj).__name__, template))
+    return out
 
 
 def speculation_lines(graph: Any) -> list[str]:
-    board = graph.meta.get("speculation")
+    board = graph.meta.get("speculation") if graph is not None else None
     if board is None:
         return []
     return [f"speculative synthesis (starts while LLMRerank decodes; kept only if the rerank picks the same "
             f"chunks): {board.hits} used, {board.misses} discarded"]
 
 
-def explain_query_engine(plan: QueryEnginePlan, graph: Any, trace: Any) -> str:
-    lines = ["== module graph ==", *describe(plan), "", "== primitive graph ==", graph.format(),
-             passes_line(graph), *speculation_lines(graph), "", *opaque_lines(plan.opaque_modules()), "",
-             *trace_lines(trace)]
-    return "\n".join(lines)
+def explain_query_engine(plan: QueryEnginePlan, graph: Any, trace: Any) -> Explanation:
+    return explanation(f"Ayo plan for {type(plan.obj).__name__}", graph=graph, trace=trace,
+                       modules=lowered_modules(plan), opaque=plan.opaque_modules(),
+                       module_lines=describe(plan), notes=speculation_lines(graph))
+
+
+def explain_call(module_lines: list[str], lowered: list[tuple[str, str]], notes: list[str], graph: Any,
+                 trace: Any) -> Explanation:
+    """A doc-QA function's last call: what tracing followed (lowered), what ran stock (``"name: reason"``)."""
+    opaque = [tuple(n.split(": ", 1)) if ": " in n else (n, "ran stock") for n in notes]
+    lines = module_lines or ["(no LlamaIndex call Ayo follows was seen: the function ran stock)"]
+    return explanation("Ayo trace of the last call", graph=graph, trace=trace, modules=lowered,
+                       opaque=opaque, module_lines=lines, notes=speculation_lines(graph))

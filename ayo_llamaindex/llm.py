@@ -25,11 +25,10 @@ from typing import Any, Literal
 from llama_index.core.llms.llm import LLM
 from llama_index.core.prompts import BasePromptTemplate
 
-from ayo_core.engines.llm_client import LLMEngineError, LLMRequestError, StopStream
+from ayo_core.engines.llm_client import LLMEngineError, StopStream
 from ayo_llamaindex import events
 from ayo_llamaindex._util import overridden
 from ayo_shims import llamaindex as shim
-from ayo_shims import openai_sdk
 
 log = logging.getLogger(__name__)
 
@@ -214,33 +213,17 @@ def _outer_wait(attempt: int) -> float:
 
 
 def sdk_error(llm: Any, request: LLMRequest, exc: LLMEngineError) -> BaseException:
-    """The exception the stock LLM's openai SDK raises for the same failure, Ayo's detail as a note.
-
-    Users catch ``openai.BadRequestError`` & co. (prompt too long, unknown model): an HTTP error
-    becomes the SDK's own error, built by the SDK's own ``_make_status_error_from_response``
-    from the server's status and body (same class, same message); a transport failure becomes
-    ``APIConnectionError`` / ``APITimeoutError`` (what stock raises once its retries are spent).
-    """
-    import httpx
-    import openai
+    """The exception the stock LLM's openai SDK raises for the same failure, Ayo's detail as a note
+    (built by :func:`ayo_shims.openai_errors.sdk_error`); Ayo's own error when the SDK has none."""
+    from ayo_shims.openai_errors import sdk_error as rebuild
 
     path = "/chat/completions" if request.kind == "chat" else "/completions"
-    http_request = httpx.Request("POST", f"{str(llm.api_base).rstrip('/')}{path}")
     try:
-        if isinstance(exc, LLMRequestError) and exc.status_code is not None and exc.body is not None:
-            response = httpx.Response(exc.status_code, request=http_request, content=exc.body.encode())
-            out: BaseException = openai_sdk.status_error_from_response(shim.sdk_client(llm), response)
-        elif isinstance(exc.__cause__, httpx.TimeoutException):
-            out = openai.APITimeoutError(request=http_request)
-        elif isinstance(exc.__cause__, httpx.HTTPError):
-            out = openai.APIConnectionError(request=http_request)
-        else:
-            return exc  # not a failure the SDK would report (a malformed stream): Ayo's own error
-    except Exception:  # noqa: BLE001 - an SDK without these internals: keep Ayo's (clear) error
-        log.debug("could not rebuild the openai SDK error", exc_info=True)
+        client = shim.sdk_client(llm)
+    except Exception:  # noqa: BLE001 - no client to build the SDK's error with: Ayo's (clear) error
+        log.debug("could not get the LLM's openai client", exc_info=True)
         return exc
-    out.add_note(f"Ayo: {exc}")
-    return out
+    return rebuild(client, f"{str(llm.api_base).rstrip('/')}{path}", exc) or exc
 
 
 def _json_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

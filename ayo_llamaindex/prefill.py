@@ -1,17 +1,15 @@
-"""Prefill splitting: prefill the parts of later prompts that are known before retrieval ends.
+"""Prefill splitting for LlamaIndex synthesis: warm the parts of later prompts known before retrieval ends.
 
-A prompt's prefix up to its first late variable (``context_str``, ``existing_answer``)
-is fixed once the question is known. We render that prefix with the LLM's own code
-(``LLMBinding.predict_request`` with a sentinel in the late variables, cut at the
-sentinel), tokenize it on the server exactly as the final request will be rendered
-(``continue_final_message`` for chat), drop the last tokens (the boundary may merge
-differently once the rest follows) and send a prefill-only request of those token ids.
-vLLM's prefix cache then holds the blocks when the real request arrives. The real
-request is unchanged, so this can never change an answer; at worst the cache misses.
+What to warm and whether is decided by the core (:mod:`ayo_core.engines.prefix_warming`: the
+device rule, the server's prefix cache and block size, checked once per server; the token
+prefix every final request shares). This module only says what the final requests are: the
+LLM's own code renders them (``LLMBinding.predict_request``) with stand-ins for the values
+retrieval produces.
 
 Static prefixes (system prompt + template head) are the same for every query: tokenized
-once, warmed per query (free when still cached); refine's prefix holds the question and
-is warmed per query while retrieval runs (every refine call after the first uses it).
+once per server, warmed per query (free when still cached); refine's prefix holds the
+question and is warmed per query while retrieval runs (every refine call after the first
+uses it). The real request is unchanged, so this can never change an answer.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from typing import Any
 
 from llama_index.core.schema import QueryBundle
 
-from ayo_core.engines.device import early_prefill_pays
+from ayo_core.engines.prefix_warming import STAND_INS, least_tokens, warm_prefix
 from ayo_core.graph import PrefixSpec
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.runtime import EngineAssignment
@@ -30,9 +28,7 @@ from ayo_shims import llamaindex as shim
 log = logging.getLogger(__name__)
 
 SENTINEL = "\u2063ayo-late\u2063"
-BOUNDARY_TOKENS = 2  # tokens dropped at the cut: they may merge with what follows
-MIN_TOKENS = 16  # below this nothing fills a cache block worth the request
-_static_ids: dict[tuple[str, str], list[int]] = {}  # tokenized static heads, per engine kind
+MIN_TOKENS = 16  # below this nothing fills a cache block worth the request (the server's block size wins)
 
 
 def prefix_of(binding: LLMBinding, template: Any, late_vars: tuple[str, ...]) -> dict[str, Any] | None:
@@ -51,23 +47,17 @@ def prefix_of(binding: LLMBinding, template: Any, late_vars: tuple[str, ...]) ->
     return None
 
 
-async def prefix_ids(ctx: Any, kind: str, prefix: dict[str, Any]) -> list[int]:
-    """Token ids of ``prefix`` as the server renders the final request, minus the boundary tokens."""
-    llm = ctx.engine(kind)
-    if "messages" in prefix:
-        ids = await llm.tokenize(messages=prefix["messages"], add_generation_prompt=False,
-                                 continue_final_message=True)
-    else:
-        ids = await llm.tokenize(prompt=prefix["prompt"])
-    return list(ids)[:-BOUNDARY_TOKENS]
-
-
-async def warm_ids(ctx: Any, kind: str, ids: list[int]) -> int:
-    """A prefill-only request (cheap when the blocks are already cached); returns the tokens sent."""
-    if len(ids) < MIN_TOKENS:
-        return 0
-    await ctx.engine(kind).prefill(prompt=ids)
-    return len(ids)
+def renders(binding: LLMBinding, template: Any, late_vars: tuple[str, ...]) -> list[dict[str, Any]] | None:
+    """``tokenize`` arguments of the final request with each core stand-in in the late variables;
+    None when no late variable is in the request (nothing is known early)."""
+    if prefix_of(binding, template, late_vars) is None:
+        return None
+    out = []
+    for stand_in in STAND_INS:
+        request = binding.predict_request(template, **dict.fromkeys(late_vars, stand_in))
+        body = request.body
+        out.append({"prompt": str(body["prompt"])} if request.kind == "completion" else {"messages": body["messages"]})
+    return out
 
 
 def prefix_spec(synth_plan: Any, assign: EngineAssignment) -> PrefixSpec | None:
@@ -82,30 +72,30 @@ def prefix_spec(synth_plan: Any, assign: EngineAssignment) -> PrefixSpec | None:
     first = shim.summary_template(synth) if mode == "tree_summarize" else shim.text_qa_template(synth)
     server = str(getattr(assign.engines.get(kind), "base_url", "") or binding.endpoint[0])
 
+    static: list[list[dict[str, Any]] | None] = []  # the query-independent head's renders, made once
+
     async def build(ctx: Any, query: QueryBundle) -> int:
         try:
-            if not await early_prefill_pays(server):  # a CPU server: early prefill only moves work
+            if await least_tokens(server, MIN_TOKENS) is None:  # a CPU server, or no prefix cache
                 return 0
-            return await warm(ctx, query)
+            return await warm(ctx.engine(kind), query)
         except Exception:  # noqa: BLE001 - best effort: a failed warm-up must never fail the query
             log.debug("prefix prefill failed", exc_info=True)
             return 0
 
-    async def warm(ctx: Any, query: QueryBundle) -> int:
+    async def warm(llm: Any, query: QueryBundle) -> int:
+        # the head before {context_str} does not depend on the query: tokenized once per server,
+        # warmed every query (evicted blocks come back; cached ones cost the server next to nothing)
+        if not static:
+            static.append(renders(binding, first, ("context_str", "query_str")))
         sent = 0
-        # the head before {context_str} does not depend on the query: tokenized once, warmed
-        # every query (evicted blocks come back; cached ones cost the server next to nothing)
-        prefix = prefix_of(binding, first.partial_format(query_str=SENTINEL), ("context_str",))
-        if prefix is not None:
-            key = (kind, repr(prefix))
-            if key not in _static_ids:
-                _static_ids[key] = await prefix_ids(ctx, kind, prefix)
-            sent += await warm_ids(ctx, kind, _static_ids[key])
+        if static[0] is not None:
+            sent += await warm_prefix(llm, server, static[0], MIN_TOKENS, static=True)
         if mode == "refine":  # every refine call after the first starts with template + question
             template = shim.refine_template(synth).partial_format(query_str=query.query_str)
-            prefix = prefix_of(binding, template, ("existing_answer", "context_msg"))
-            if prefix is not None:
-                sent += await warm_ids(ctx, kind, await prefix_ids(ctx, kind, prefix))
+            per_query = renders(binding, template, ("existing_answer", "context_msg"))
+            if per_query is not None:
+                sent += await warm_prefix(llm, server, per_query, MIN_TOKENS)
         return sent
 
     return PrefixSpec(early_inputs=("query",), build=build)

@@ -15,6 +15,7 @@ from llama_index.core.callbacks import EventPayload
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_llamaindex import events
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex._util import overridden, spanned_elsewhere
@@ -24,17 +25,6 @@ from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
-
-
-def unwrap_failure(exc: BaseException) -> BaseException:
-    """Re-raise a node's own exception (same type as stock raises), noting where it happened."""
-    from ayo_core.runtime import NodeFailed
-
-    if isinstance(exc, NodeFailed) and exc.cause is not None:
-        cause = exc.cause
-        cause.add_note(f"(raised in Ayo node {exc.node!r}, module {exc.module!r}, query {exc.query_id!r})")
-        return cause
-    return exc
 
 
 def _bundle(query: str | QueryBundle) -> QueryBundle:
@@ -88,7 +78,7 @@ class OptimizedQueryEngine(BaseQueryEngine):
         try:
             value, trace = await rt.run(graph, {"query": query_bundle})
         except Exception as exc:
-            raise unwrap_failure(exc) from None
+            raise unwrap_node_failure(exc) from None
         self.last_trace = trace
         return value
 
@@ -156,8 +146,9 @@ class OptimizedQueryEngine(BaseQueryEngine):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(stock, name)
 
-    def explain(self) -> str:
-        """Module graph, primitive graph, passes that fired, what stayed opaque (and why)."""
+    def explain(self) -> explain_mod.Explanation:
+        """Module graph, primitive graph, passes and optimizations that fired, what stayed opaque (and why);
+        ``str()`` of the result is the human view."""
         return explain_mod.explain_query_engine(self._plan, self._graph, self.last_trace)
 
     def __repr__(self) -> str:

