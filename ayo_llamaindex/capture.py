@@ -79,7 +79,7 @@ class QueryEnginePlan:
 
     def llm_bindings(self) -> list[LLMBinding]:
         out = []
-        for plan in self._all():
+        for plan in self.parts():
             llm = getattr(plan, "llm", None)
             if llm is not None:
                 out.append(llm)
@@ -87,12 +87,12 @@ class QueryEnginePlan:
 
     def expands_query(self) -> bool:
         """Whether an LLM decodes before retrieval needs the index (query expansion)."""
-        return any(isinstance(p, RetrieverPlan) and p.kind == "fusion" and p.obj.num_queries > 1 for p in self._all())
+        return any(isinstance(p, RetrieverPlan) and p.kind == "fusion" and p.obj.num_queries > 1 for p in self.parts())
 
     def embed_bindings(self) -> list[EmbedBinding]:
-        return [p.embed for p in self._all() if isinstance(p, RetrieverPlan) and p.embed is not None]
+        return [p.embed for p in self.parts() if isinstance(p, RetrieverPlan) and p.embed is not None]
 
-    def _all(self) -> list[Any]:
+    def parts(self) -> list[Any]:
         plans: list[Any] = []
 
         def walk(r: RetrieverPlan | None) -> None:
@@ -112,7 +112,7 @@ class QueryEnginePlan:
         out = []
         if self.kind == "opaque":
             return [("query_engine", self.reason)]
-        for plan in self._all():
+        for plan in self.parts():
             if getattr(plan, "kind", None) == "opaque" or (isinstance(plan, SynthesizerPlan) and plan.mode is None):
                 out.append((type(plan.obj).__name__, plan.reason))
             llm = getattr(plan, "llm", None)

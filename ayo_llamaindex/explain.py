@@ -25,7 +25,7 @@ def lowered_modules(plan: QueryEnginePlan) -> list[tuple[str, str]]:
     if plan.kind == "opaque":
         return []
     out = [(type(plan.obj).__name__, "QueryEngine")]
-    for part in plan._all():
+    for part in plan.parts():
         template = part.template
         if template != "Opaque":
             out.append((type(part.obj).__name__, template))

@@ -60,7 +60,7 @@ def test_explanation_structure_and_text_view() -> None:
     assert isinstance(ex, Explanation)
     assert ex.opaque == [OpaqueModule("MyLLM", "not an OpenAI-compatible class")]
     assert [p.name for p in ex.passes] == ["dependency_pruning", "stage_decomposition", "prefill_splitting",
-                                           "decode_pipelining"]
+                                           "decode_pipelining", "early_stop"]
     assert ex.pass_changed("prefill_splitting") is True and ex.pass_changed("nope") is None
     assert {o.name for o in ex.optimizations} == {"prefill_splitting", "progressive_prefill"}
     assert ex.fired("prefill_splitting")[0].node == "synth.prefill"
