@@ -36,6 +36,7 @@ from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
 
 from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
+from ayo_shims import langchain as shims
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +174,7 @@ _BINDING_METHODS = ("invoke", "ainvoke", "stream", "astream", "transform", "atra
 
 def _cls(obj: Any) -> type:
     """The class of ``obj``, seen through pydantic generic parametrization (``RunnableParallel[dict]``)."""
-    t = type(obj)
-    meta = getattr(t, "__pydantic_generic_metadata__", None) or {}
-    return meta.get("origin") or t
+    return shims.generic_origin(type(obj))
 
 
 def _plain_binding(obj: Any) -> bool:

@@ -39,6 +39,7 @@ from ayo_core.templates import Opaque, Route, StepLLMCall, Template, Transform
 from ayo_langchain import capture as cap
 from ayo_langchain import openai_route
 from ayo_langchain.callbacks import child, leaf_config, start_chain_run, step_config
+from ayo_shims import langchain as shims
 
 log = logging.getLogger(__name__)
 
@@ -221,9 +222,9 @@ class Lowerer:
                     if self.run.streaming:  # stock's sync stream calls transform, which words it differently
                         return await asyncio.to_thread(_transform_once, lam, value, run_cfg)
                     return await asyncio.to_thread(lam.invoke, value, run_cfg)
-                out = await asyncio.to_thread(lam._call_with_config, _lambda_body_sync(lam), value, run_cfg)
+                out = await asyncio.to_thread(shims.call_with_config, lam, _lambda_body_sync(lam), value, run_cfg)
             else:
-                out = await lam._acall_with_config(_lambda_body(lam, m.inline), value, run_cfg)
+                out = await shims.acall_with_config(lam, _lambda_body(lam, m.inline), value, run_cfg)
             if not isinstance(out, Runnable):
                 return out
             limit = run_cfg["recursion_limit"]

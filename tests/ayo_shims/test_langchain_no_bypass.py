@@ -22,11 +22,7 @@ INTERNAL_DUNDERS = {"__private_attributes__", "__pydantic_private__", "__pydanti
 
 # Reaches in files other slices of issue 12 are rewriting (``lower.py`` / ``capture.py``): file -> internal -> the shim to call instead.
 # Delete an entry when its file stops touching it; nothing may be added here.
-PENDING: dict[str, dict[str, str]] = {
-    "lower.py": {"_call_with_config": "ayo_shims.langchain.call_with_config",
-                 "_acall_with_config": "ayo_shims.langchain.acall_with_config"},
-    "capture.py": {"__pydantic_generic_metadata__": "ayo_shims.langchain.generic_origin"},
-}
+PENDING: dict[str, dict[str, str]] = {}
 
 
 def _underscore(name: str) -> bool:
