@@ -14,8 +14,8 @@ from typing import Any
 
 from llama_index.core.query_engine import RetrieverQueryEngine
 
+from ayo_core.introspect import overrides_reason
 from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
-from ayo_llamaindex._util import overridden
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.postprocess import postprocessor_kind
@@ -153,9 +153,8 @@ def capture_query_engine(query_engine: Any) -> QueryEnginePlan:
     if not isinstance(query_engine, RetrieverQueryEngine):
         return QueryEnginePlan(query_engine, "opaque",
                                f"{type(query_engine).__name__} is a query engine Ayo does not lower")
-    over = overridden(query_engine, RetrieverQueryEngine, _ENGINE_MIRRORED)
-    if over:
-        return QueryEnginePlan(query_engine, "opaque", f"{type(query_engine).__name__} overrides {', '.join(over)}")
+    if over := overrides_reason(query_engine, RetrieverQueryEngine, _ENGINE_MIRRORED):
+        return QueryEnginePlan(query_engine, "opaque", over)
     return QueryEnginePlan(
         query_engine, "retriever_query_engine",
         retriever=capture_retriever(shim.engine_retriever(query_engine)),

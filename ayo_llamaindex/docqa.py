@@ -35,11 +35,12 @@ from llama_index.core.callbacks import EventPayload
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
+from ayo_core.introspect import once
+from ayo_core.passes import optimize_graph
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_core.templates import Indexing, IndexingHooks
 from ayo_llamaindex import events, ingest
 from ayo_llamaindex import explain as explain_mod
-from ayo_llamaindex._util import once
 from ayo_llamaindex.capture import capture_query_engine, describe
 from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, embed_send, runtime_for
 from ayo_shims import llamaindex as shim
@@ -180,7 +181,7 @@ def build_call_graph(state: CallState, query_engine: Any) -> tuple[Graph, Any, A
     state.lowered.extend(explain_mod.lowered_modules(plan))
     for name, reason in plan.opaque_modules():
         state.notes.append(f"{name}: {reason}")
-    return explain_mod.apply_passes(g), plan, assign
+    return optimize_graph(g), plan, assign
 
 
 def _add_ingest_nodes(g: Graph, k: int, p: ingest.PendingIngest, assign: Any) -> str:

@@ -32,7 +32,7 @@ from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 
-from ayo_llamaindex._util import once
+from ayo_core.introspect import once
 from ayo_shims import llamaindex as shim
 
 # the dispatchers stock emits on (a handler attached to one of them sees our events too)

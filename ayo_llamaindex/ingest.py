@@ -29,7 +29,7 @@ from llama_index.core.schema import ImageNode, IndexNode, MetadataMode
 from llama_index.core.utils import iter_batch
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 
-from ayo_llamaindex._util import overridden
+from ayo_core.introspect import once, overrides_reason
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.runtime import LOOP
 from ayo_shims import llamaindex as shim
@@ -60,9 +60,8 @@ def why_not_deferred(index: Any, insert_kwargs: dict[str, Any]) -> str | None:
     """None when this index's vector writes can be deferred, else the reason (for explain())."""
     if not isinstance(index, VectorStoreIndex):
         return f"{type(index).__name__} is not a VectorStoreIndex"
-    over = overridden(index, VectorStoreIndex, _INDEX_MIRRORED)
-    if over:
-        return f"{type(index).__name__} overrides {', '.join(over)}"
+    if over := overrides_reason(index, VectorStoreIndex, _INDEX_MIRRORED):
+        return over
     store = index.vector_store
     if type(store) not in known_store_types():
         return f"vector store {type(store).__name__} is not one Ayo defers writes to"
@@ -191,20 +190,11 @@ def defer_vectors(index: VectorStoreIndex, index_struct: Any, nodes: list[Any]) 
     return pending
 
 
-_hooks_installed = False
-_hooks_lock = threading.Lock()
-
-
+@once
 def install_barriers() -> None:
     """Wrap the known stores' methods so outside access waits for pending vectors (once per process)."""
-    global _hooks_installed
-
-    with _hooks_lock:
-        if _hooks_installed:
-            return
-        for store_type in known_store_types():
-            shim.wrap_store_methods(store_type, _BARRIER_METHODS, _barrier_wrapper)
-        _hooks_installed = True
+    for store_type in known_store_types():
+        shim.wrap_store_methods(store_type, _BARRIER_METHODS, _barrier_wrapper)
 
 
 def _barrier_wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -26,8 +26,8 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.prompts import BasePromptTemplate
 
 from ayo_core.engines.llm_client import LLMEngineError, StopStream
+from ayo_core.introspect import overrides_reason
 from ayo_llamaindex import events
-from ayo_llamaindex._util import overridden
 from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
@@ -248,9 +248,8 @@ def recognize_llm(llm: Any) -> tuple[bool, str]:
     if isinstance(llm, StructuredLLM) or not isinstance(llm, OpenAI):
         return False, f"{type(llm).__name__} is not an OpenAI-compatible LLM class Ayo knows"
     base = OpenAILike if isinstance(llm, OpenAILike) else OpenAI
-    over = overridden(llm, base, _REQUEST_METHODS)
-    if over:
-        return False, f"{type(llm).__name__} overrides {', '.join(over)}"
+    if over := overrides_reason(llm, base, _REQUEST_METHODS):
+        return False, over
     if any(client is not None for client in shim.user_http_clients(llm)):
         return False, "it was given its own httpx client"
     for client in shim.cached_sdk_clients(llm):

@@ -33,6 +33,7 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
+from ayo_core.introspect import overridden
 from ayo_core.templates import (
     FusionHooks,
     FusionRetrieval,
@@ -46,7 +47,6 @@ from ayo_core.templates import (
 )
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
 from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
-from ayo_llamaindex._util import overridden
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
 from ayo_llamaindex.runtime import EngineAssignment, call_stock, embed_send, in_async_call, llm_send
 from ayo_shims import llamaindex as shim
@@ -307,7 +307,7 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
         used, text = await board.take(spec, nodes) if board is not None else (False, None)
         if not used:
             text = await synthesize_text(ctx, query.query_str, nodes)
-        return synthesis.prepare_response(synth, text, nodes)
+        return shim.prepare_response_output(synth, text, list(nodes))  # BaseSynthesizer's own
 
     hooks = SynthesisHooks(run=run, engine=kind or "local", prefix=prefill.prefix_spec(plan, assign))
     return Synthesis(mode, module="synthesizer", hooks=hooks).build(g, "synthesize", {"query": query, "nodes": nodes})

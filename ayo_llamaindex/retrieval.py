@@ -27,7 +27,7 @@ from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ayo_core.engines.llm_client import StopStream
-from ayo_llamaindex._util import overridden
+from ayo_core.introspect import overrides_reason
 from ayo_llamaindex.runtime import call_stock, in_async_call
 from ayo_shims import llamaindex as shim
 
@@ -43,14 +43,12 @@ _FUSION_MIRRORED = shim.FUSION_RETRIEVER_MIRRORED
 def retriever_kind(retriever: Any) -> tuple[str, str]:
     """``("vector" | "fusion" | "opaque", reason-if-opaque)``."""
     if isinstance(retriever, QueryFusionRetriever):
-        over = overridden(retriever, QueryFusionRetriever, _FUSION_MIRRORED)
-        if over:
-            return "opaque", f"{type(retriever).__name__} overrides {', '.join(over)}"
+        if over := overrides_reason(retriever, QueryFusionRetriever, _FUSION_MIRRORED):
+            return "opaque", over
         return "fusion", ""
     if isinstance(retriever, VectorIndexRetriever):
-        over = overridden(retriever, VectorIndexRetriever, _VECTOR_MIRRORED)
-        if over:
-            return "opaque", f"{type(retriever).__name__} overrides {', '.join(over)}"
+        if over := overrides_reason(retriever, VectorIndexRetriever, _VECTOR_MIRRORED):
+            return "opaque", over
         return "vector", ""
     if isinstance(retriever, BaseRetriever):
         return "opaque", f"{type(retriever).__name__} is a retriever Ayo does not lower"

@@ -98,11 +98,6 @@ def _embed_key(binding: EmbedBinding) -> tuple:
     return tuple(sorted(binding.engine_options().items()))
 
 
-def llm_engine_for(base_url: str, model: str, api_key: str, timeout: float) -> Any:
-    """The process's shared engine for an endpoint (one that sends the user's key when it is a real one)."""
-    return get_llm_engine(base_url, model=model, api_key=api_key, timeout=timeout)
-
-
 def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: bool = False) -> EngineAssignment:
     """Shared engines (``ayo_core.engines`` registry) for every recognized binding; ``overlap``:
     embedding runs alongside decoding (see :func:`embed_threads`)."""
@@ -112,7 +107,8 @@ def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: 
             kind = "llm" if not out.llm_kinds else f"llm{len(out.llm_kinds)}"
             base_url, model, api_key = b.endpoint
             out.llm_kinds[b.endpoint] = kind
-            out.engines[kind] = llm_engine_for(base_url, model, api_key, float(b.llm.timeout or 300.0))
+            # the process's shared engine (one that sends the user's key when it is a real one)
+            out.engines[kind] = get_llm_engine(base_url, model=model, api_key=api_key, timeout=float(b.llm.timeout or 300.0))
     for e in embeds:
         key = _embed_key(e) if e.recognized else None
         if key is not None and key not in out.embed_kinds:

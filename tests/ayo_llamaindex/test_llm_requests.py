@@ -179,7 +179,9 @@ def test_prefill_prefix_is_a_prefix_of_the_final_request(chat, system_prompt) ->
 
 async def test_real_api_keys_are_sent_like_the_openai_sdk() -> None:
     from ayo_core.engines import get_llm_engine
-    from ayo_llamaindex.runtime import llm_engine_for
+
+    def llm_engine_for(base_url: str, model: str, api_key: str, timeout: float) -> object:
+        return get_llm_engine(base_url, model=model, api_key=api_key, timeout=timeout)  # what the adapter calls
 
     plain = llm_engine_for("http://127.0.0.1:1/v1", "m", "none", 5.0)
     assert plain is get_llm_engine("http://127.0.0.1:1/v1", model="m")
