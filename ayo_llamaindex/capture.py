@@ -78,12 +78,7 @@ class QueryEnginePlan:
         return module_graph(self)
 
     def llm_bindings(self) -> list[LLMBinding]:
-        out = []
-        for plan in self.parts():
-            llm = getattr(plan, "llm", None)
-            if llm is not None:
-                out.append(llm)
-        return out
+        return [plan.llm for plan in self.parts() if getattr(plan, "llm", None) is not None]
 
     def expands_query(self) -> bool:
         """Whether an LLM decodes before retrieval needs the index (query expansion)."""

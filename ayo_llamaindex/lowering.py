@@ -34,6 +34,7 @@ from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
 from ayo_core.introspect import overridden
+from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import (
     FusionHooks,
     FusionRetrieval,
@@ -48,7 +49,7 @@ from ayo_core.templates import (
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
 from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
-from ayo_llamaindex.runtime import EngineAssignment, call_stock, embed_send, in_async_call, llm_send
+from ayo_llamaindex.runtime import EngineAssignment, embed_send, llm_send
 from ayo_shims import llamaindex as shim
 
 
@@ -153,14 +154,8 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
 
     async def search(ctx: Any, query: QueryBundle, embedded: tuple[Any, events.Retrieval]) -> Any:
         embedding, event = embedded
-        bundle = query
-        if embedding is not None:
-            # stock retrieve() leaves the embedding on the caller's bundle; aretrieve() does not
-            if in_async_call():
-                bundle = copy.copy(query)
-            bundle.embedding = embedding
         try:
-            nodes = await asyncio.to_thread(retrieval.search_sync, r, bundle)
+            nodes = await asyncio.to_thread(retrieval.search_sync, r, retrieval.with_embedding(query, embedding))
         except BaseException as exc:
             event.fail(exc)
             raise

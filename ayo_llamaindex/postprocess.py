@@ -31,8 +31,8 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ayo_core.introspect import overrides_reason
 from ayo_core.modules import TypeDispatch
+from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import LocalRerank, Transform
-from ayo_llamaindex.runtime import call_stock
 from ayo_shims import llamaindex as shim
 
 _RERANK_MIRRORED = shim.RERANK_MIRRORED

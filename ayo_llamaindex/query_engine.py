@@ -17,11 +17,12 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ayo_core.introspect import overridden
 from ayo_core.passes import optimize_graph
+from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_llamaindex import events
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
-from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, runtime_for
+from ayo_llamaindex.runtime import LOOP, assign_engines, runtime_for
 from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
