@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import time
 from typing import Any
 
@@ -25,7 +24,6 @@ from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
 from ayo_llamaindex.runtime import LOOP, assign_engines, runtime_for
 from ayo_shims import llamaindex as shim
 
-log = logging.getLogger(__name__)
 # LlamaIndex's DispatcherSpanMixin opens a span around every override of a spanned base method; a
 # method that only delegates to a spanned one would open two (one SpanDropEvent more than stock)
 spanned_elsewhere = shim.mark_spanned_elsewhere

@@ -12,7 +12,6 @@ way stock would.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,8 +23,6 @@ from ayo_core.runtime import Runtime, bridge, llm_config, shared_runtime
 from ayo_llamaindex.embedding import EmbedBinding, EmbedSend
 from ayo_llamaindex.llm import LLMBinding
 from ayo_shims import python_runtime
-
-log = logging.getLogger(__name__)
 
 # Threads of the embedding engine's worker. When indexing overlaps decoding (doc-QA with
 # query expansion) one thread leaves the second core to vLLM; otherwise torch's default
@@ -45,6 +42,7 @@ def embed_threads(overlap: bool) -> int | None:
 # LangChain adapter); aquery awaits it with LOOP.arun from the caller's loop.
 LOOP = bridge.BRIDGE
 bridge.use_executor(python_runtime.daemon_pool)
+
 
 @dataclass
 class EngineAssignment:
