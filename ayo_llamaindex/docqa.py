@@ -33,6 +33,7 @@ from typing import Any
 from llama_index.core.callbacks import EventPayload
 from llama_index.core.schema import QueryBundle
 
+from ayo_core.bound import BoundOptimizedFunction
 from ayo_core.graph import Graph
 from ayo_core.introspect import once
 from ayo_core.passes import optimize_graph
@@ -129,27 +130,6 @@ class OptimizedFunction:
         if state is None:
             return explain_mod.Explanation("no call traced yet: call the optimized function once, then explain()")
         return explain_mod.explain_call(state.modules, state.lowered, state.notes, state.graph, state.trace)
-
-
-class BoundOptimizedFunction:
-    """An optimized method bound to its instance (what ``instance.method`` returns)."""
-
-    def __init__(self, optimized: OptimizedFunction, instance: Any) -> None:
-        self.__func__, self.__self__ = optimized, instance
-        functools.update_wrapper(self, optimized, updated=())
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.__func__(self.__self__, *args, **kwargs)
-
-    async def acall(self, *args: Any, **kwargs: Any) -> Any:
-        """The async form (see :meth:`OptimizedFunction.acall`)."""
-        return await self.__func__.acall(self.__self__, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:  # explain(), last_trace, stock
-        return getattr(self.__func__, name)
-
-    def __repr__(self) -> str:
-        return f"<bound {self.__func__!r} of {self.__self__!r}>"
 
 
 # -- the per-call graph --------------------------------------------------------------------------
