@@ -217,15 +217,31 @@ async def embedding(model: Any, chunks: list[str], call: Callable[[], Awaitable[
 async def retrieve(retriever: Any, query: Any, call: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
     """``BaseRetriever.retrieve``'s events around ``call`` (the lowered retrieval)."""
     event = Retrieval(retriever, query)
-    try:
+    with event.failing():
         nodes = await call()
-    except BaseException as exc:
-        event.fail(exc)
-        raise
     return event.end(nodes)
 
 
-class Retrieval:
+class _SplitEvents:
+    """A stock method's events split around the lowered work: its callback event ends with the
+    failure of any step run inside :meth:`failing`."""
+
+    event: _Event | None = None
+
+    def fail(self, exc: BaseException) -> None:
+        if self.event is not None:
+            self.event.fail(exc)
+
+    @contextlib.contextmanager
+    def failing(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as exc:
+            self.fail(exc)
+            raise
+
+
+class Retrieval(_SplitEvents):
     """``BaseRetriever.retrieve``'s events, split where the lowered retrieval is split (embed node,
     then search node): started before the query embedding, so its ``EMBEDDING`` events nest in
     ``RETRIEVE`` and the instrumentation events come in stock's order."""
@@ -238,9 +254,6 @@ class Retrieval:
         _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
         self.event = _Event(retriever.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
 
-    def fail(self, exc: BaseException) -> None:
-        self.event.fail(exc)
-
     def end(self, nodes: list[Any]) -> list[Any]:
         from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
 
@@ -249,7 +262,7 @@ class Retrieval:
         return nodes
 
 
-class Synthesis:
+class Synthesis(_SplitEvents):
     """``BaseSynthesizer.synthesize``'s events, split around the lowered synthesis."""
 
     def __init__(self, synth: Any, query: Any) -> None:
@@ -262,10 +275,6 @@ class Synthesis:
         """Nodes are there: the ``SYNTHESIZE`` callback event starts (stock emits none for zero nodes)."""
         self.event = _Event(self.synth.callback_manager, CBEventType.SYNTHESIZE,
                             {EventPayload.QUERY_STR: self.query.query_str})
-
-    def fail(self, exc: BaseException) -> None:
-        if self.event is not None:
-            self.event.fail(exc)
 
     def end(self, response: Any) -> Any:
         from llama_index.core.instrumentation.events.synthesis import SynthesizeEndEvent

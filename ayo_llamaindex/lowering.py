@@ -146,19 +146,13 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         event = events.Retrieval(r, query)
         if not retrieval.needs_query_embedding(r, query):
             return None, event
-        try:
+        with event.failing():
             return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs)), event
-        except BaseException as exc:
-            event.fail(exc)
-            raise
 
     async def search(ctx: Any, query: QueryBundle, embedded: tuple[Any, events.Retrieval]) -> Any:
         embedding, event = embedded
-        try:
+        with event.failing():
             nodes = await asyncio.to_thread(retrieval.search_sync, r, retrieval.with_embedding(query, embedding))
-        except BaseException as exc:
-            event.fail(exc)
-            raise
         return event.end(nodes)
 
     hooks = RetrievalHooks(embed=embed_query, search=search, engine=kind or "local")
@@ -292,11 +286,8 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
                 spec.cancel()
             return event.end(synthesis.empty_response(synth))
         event.begin()
-        try:
+        with event.failing():
             return event.end(await synthesize_or_take(ctx, query, nodes, spec))
-        except BaseException as exc:
-            event.fail(exc)
-            raise
 
     async def synthesize_or_take(ctx: Any, query: QueryBundle, nodes: list, spec: Any) -> Any:
         used, text = await board.take(spec, nodes) if board is not None else (False, None)
