@@ -18,11 +18,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ayo_core.engines.llm_client import LLMEngineError
+from ayo_core.engines.prefix_warming import STAND_INS
 
 log = logging.getLogger(__name__)
 
 # Client-side options of the openai SDK that are not part of the JSON body.
 CLIENT_ONLY_KWARGS = ("extra_headers", "extra_query", "timeout")
+
+# marks where a late value (one retrieval produces) lands in a rendered request
+SENTINEL = "\u2063ayo-late\u2063"
 
 # tenacity's stop_after_delay in the integrations' retry decorators: no new attempt after 60 s
 OUTER_RETRY_WINDOW_S = 60.0
@@ -43,9 +47,41 @@ class LLMRequest:
         return "\n".join(str(m.get("content", "")) for m in self.body["messages"])
 
     @property
+    def tokenize_args(self) -> dict[str, Any]:
+        """``{"prompt": text}`` or ``{"messages": [...]}``: what the server's ``/tokenize`` takes for it."""
+        if self.kind == "completion":
+            return {"prompt": str(self.body["prompt"])}
+        return {"messages": self.body["messages"]}
+
+    @property
     def path(self) -> str:
         """The endpoint path the SDK posts this request to."""
         return "/chat/completions" if self.kind == "chat" else "/completions"
+
+
+def request_prefix(render: Callable[[str], LLMRequest]) -> dict[str, Any] | None:
+    """The head of the request ``render(late_value)`` builds, before the late value (``tokenize_args``
+    shape); None when the late value is not in the request or comes first (nothing is known early)."""
+    request = render(SENTINEL)
+    if request.kind == "completion":
+        text = str(request.body["prompt"])
+        cut = text.find(SENTINEL)
+        return {"prompt": text[:cut]} if cut > 0 else None
+    messages = request.body["messages"]
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        if isinstance(content, str) and SENTINEL in content:
+            head = {**m, "content": content[: content.find(SENTINEL)]}
+            return {"messages": [*messages[:i], head]}
+    return None
+
+
+def stand_in_renders(render: Callable[[str], LLMRequest]) -> list[dict[str, Any]] | None:
+    """``tokenize`` arguments of ``render``'s request with each prefix-warming stand-in as the late
+    value (what :func:`ayo_core.engines.prefix_warming.warm_prefix` takes); None as :func:`request_prefix`."""
+    if request_prefix(render) is None:
+        return None
+    return [render(stand_in).tokenize_args for stand_in in STAND_INS]
 
 
 def json_body(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -154,7 +154,8 @@ async def test_opaque_llm_is_called_as_the_users_object() -> None:
 @pytest.mark.parametrize("chat", [True, False])
 @pytest.mark.parametrize("system_prompt", [None, "Be brief."])
 def test_prefill_prefix_is_a_prefix_of_the_final_request(chat, system_prompt) -> None:
-    from ayo_llamaindex.prefill import SENTINEL, prefix_of
+    from ayo_core.engines.openai_request import SENTINEL
+    from ayo_llamaindex.prefill import prefix_of
 
     binding = LLMBinding(OpenAILike(**_kwargs(is_chat_model=chat, system_prompt=system_prompt)))
     for template, late, final_args in [
