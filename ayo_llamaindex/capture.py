@@ -164,19 +164,19 @@ def module_graph(plan: QueryEnginePlan) -> ModuleGraph:
         return ModuleGraph(BoundModule("query_engine", OPAQUE, plan.obj, plan.reason))
     children = [_retriever_module(plan.retriever)]
     for i, pp in enumerate(plan.postprocessors):
-        detail = f"llm={_b(pp.llm)} batch={pp.obj.choice_batch_size} top_n={pp.obj.top_n}" if pp.llm else ""
+        detail = f"llm={binding_label(pp.llm)} batch={pp.obj.choice_batch_size} top_n={pp.obj.top_n}" if pp.llm else ""
         children.append(BoundModule(f"postprocessor[{i}]", pp.template, pp.obj, pp.reason, detail=detail))
     s = plan.synthesizer
-    children.append(BoundModule("synthesizer", s.template, s.obj, s.reason, detail=f"llm={_b(s.llm)}" if s.llm else ""))
+    children.append(BoundModule("synthesizer", s.template, s.obj, s.reason, detail=f"llm={binding_label(s.llm)}" if s.llm else ""))
     return ModuleGraph(BoundModule("query_engine", type(plan.obj).__name__, plan.obj, children=children))
 
 
 def _retriever_module(r: RetrieverPlan) -> BoundModule:
     detail = ""
     if r.kind == "vector":
-        detail = f"top_k={r.obj.similarity_top_k} store={type(shim.retriever_vector_store(r.obj)).__name__} embed={_b(r.embed)}"
+        detail = f"top_k={r.obj.similarity_top_k} store={type(shim.retriever_vector_store(r.obj)).__name__} embed={binding_label(r.embed)}"
     elif r.kind == "fusion":
-        detail = f"num_queries={r.obj.num_queries} mode={_mode(r.obj.mode)} llm={_b(r.llm)}"
+        detail = f"num_queries={r.obj.num_queries} mode={_mode(r.obj.mode)} llm={binding_label(r.llm)}"
     return BoundModule("retriever", r.template, r.obj, r.reason, [_retriever_module(s) for s in r.subs], detail)
 
 
@@ -191,7 +191,8 @@ def _mode(mode: Any) -> str:
     return str(getattr(mode, "value", mode))
 
 
-def _b(binding: Any) -> str:
+def binding_label(binding: Any) -> str:
+    """A binding for ``explain()``: its label, marked when Ayo calls it as the user's object."""
     if binding is None:
         return "-"
     return f"{binding.label}{'' if binding.recognized else ' (opaque)'}"

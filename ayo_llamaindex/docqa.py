@@ -43,7 +43,7 @@ from ayo_core.runtime.execute import is_async_callable
 from ayo_core.templates import Indexing, IndexingHooks
 from ayo_llamaindex import events, ingest
 from ayo_llamaindex import explain as explain_mod
-from ayo_llamaindex.capture import capture_query_engine, describe
+from ayo_llamaindex.capture import binding_label, capture_query_engine, describe
 from ayo_llamaindex.runtime import LOOP, assign_engines, embed_send, runtime_for
 from ayo_shims import llamaindex as shim
 
@@ -222,7 +222,7 @@ def _defer(state: CallState, index: Any, args: tuple, kwargs: dict, what: str) -
     state.pending.append(pending)
     state.lowered.append((f"{type(index).__name__}.{what}", "Indexing"))
     state.modules.append(f"indexing ({what}): {type(index).__name__}, {len(nodes)} chunks -> Indexing[embed="
-                         f"{pending.embed.label}{'' if pending.embed.recognized else ' (opaque)'}, "
+                         f"{binding_label(pending.embed)}, "
                          f"store={type(pending.store).__name__}] (vectors deferred into the query graph)")
     return struct, pending
 

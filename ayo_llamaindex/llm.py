@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 # Methods whose stock behaviour we reproduce. A subclass overriding any of them
 # changes what is sent, so it stays opaque.
 _REQUEST_METHODS = shim.LLM_REQUEST_MIRRORED
+
+
 @dataclass
 class LLMBinding:
     """A user LLM object and how Ayo calls it (engine request, or opaque call)."""
