@@ -43,7 +43,6 @@ _REFINE = get_dispatcher("llama_index.core.response_synthesizers.refine")
 _QUERY = get_dispatcher("llama_index.core.base.base_query_engine")
 
 
-
 def recording() -> contextlib.AbstractContextManager[list[Any]]:
     """Record (not emit) this task's events (:mod:`ayo_core.runtime.recording`); ``replay`` them
     if its result is used.
