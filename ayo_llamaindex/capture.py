@@ -14,8 +14,8 @@ from typing import Any
 
 from llama_index.core.query_engine import RetrieverQueryEngine
 
+from ayo_core.introspect import overrides_reason
 from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
-from ayo_llamaindex._util import overridden
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.postprocess import postprocessor_kind
@@ -78,12 +78,7 @@ class QueryEnginePlan:
         return module_graph(self)
 
     def llm_bindings(self) -> list[LLMBinding]:
-        out = []
-        for plan in self.parts():
-            llm = getattr(plan, "llm", None)
-            if llm is not None:
-                out.append(llm)
-        return out
+        return [plan.llm for plan in self.parts() if getattr(plan, "llm", None) is not None]
 
     def expands_query(self) -> bool:
         """Whether an LLM decodes before retrieval needs the index (query expansion)."""
@@ -153,9 +148,8 @@ def capture_query_engine(query_engine: Any) -> QueryEnginePlan:
     if not isinstance(query_engine, RetrieverQueryEngine):
         return QueryEnginePlan(query_engine, "opaque",
                                f"{type(query_engine).__name__} is a query engine Ayo does not lower")
-    over = overridden(query_engine, RetrieverQueryEngine, _ENGINE_MIRRORED)
-    if over:
-        return QueryEnginePlan(query_engine, "opaque", f"{type(query_engine).__name__} overrides {', '.join(over)}")
+    if over := overrides_reason(query_engine, RetrieverQueryEngine, _ENGINE_MIRRORED):
+        return QueryEnginePlan(query_engine, "opaque", over)
     return QueryEnginePlan(
         query_engine, "retriever_query_engine",
         retriever=capture_retriever(shim.engine_retriever(query_engine)),
@@ -170,19 +164,19 @@ def module_graph(plan: QueryEnginePlan) -> ModuleGraph:
         return ModuleGraph(BoundModule("query_engine", OPAQUE, plan.obj, plan.reason))
     children = [_retriever_module(plan.retriever)]
     for i, pp in enumerate(plan.postprocessors):
-        detail = f"llm={_b(pp.llm)} batch={pp.obj.choice_batch_size} top_n={pp.obj.top_n}" if pp.llm else ""
+        detail = f"llm={binding_label(pp.llm)} batch={pp.obj.choice_batch_size} top_n={pp.obj.top_n}" if pp.llm else ""
         children.append(BoundModule(f"postprocessor[{i}]", pp.template, pp.obj, pp.reason, detail=detail))
     s = plan.synthesizer
-    children.append(BoundModule("synthesizer", s.template, s.obj, s.reason, detail=f"llm={_b(s.llm)}" if s.llm else ""))
+    children.append(BoundModule("synthesizer", s.template, s.obj, s.reason, detail=f"llm={binding_label(s.llm)}" if s.llm else ""))
     return ModuleGraph(BoundModule("query_engine", type(plan.obj).__name__, plan.obj, children=children))
 
 
 def _retriever_module(r: RetrieverPlan) -> BoundModule:
     detail = ""
     if r.kind == "vector":
-        detail = f"top_k={r.obj.similarity_top_k} store={type(shim.retriever_vector_store(r.obj)).__name__} embed={_b(r.embed)}"
+        detail = f"top_k={r.obj.similarity_top_k} store={type(shim.retriever_vector_store(r.obj)).__name__} embed={binding_label(r.embed)}"
     elif r.kind == "fusion":
-        detail = f"num_queries={r.obj.num_queries} mode={_mode(r.obj.mode)} llm={_b(r.llm)}"
+        detail = f"num_queries={r.obj.num_queries} mode={_mode(r.obj.mode)} llm={binding_label(r.llm)}"
     return BoundModule("retriever", r.template, r.obj, r.reason, [_retriever_module(s) for s in r.subs], detail)
 
 
@@ -197,7 +191,8 @@ def _mode(mode: Any) -> str:
     return str(getattr(mode, "value", mode))
 
 
-def _b(binding: Any) -> str:
+def binding_label(binding: Any) -> str:
+    """A binding for ``explain()``: its label, marked when Ayo calls it as the user's object."""
     if binding is None:
         return "-"
     return f"{binding.label}{'' if binding.recognized else ' (opaque)'}"

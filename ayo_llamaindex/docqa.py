@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import inspect
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -34,14 +33,18 @@ from typing import Any
 from llama_index.core.callbacks import EventPayload
 from llama_index.core.schema import QueryBundle
 
+from ayo_core.bound import BoundOptimizedFunction
 from ayo_core.graph import Graph
+from ayo_core.introspect import once
+from ayo_core.passes import optimize_graph
+from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.runtime.errors import unwrap_node_failure
+from ayo_core.runtime.execute import is_async_callable
 from ayo_core.templates import Indexing, IndexingHooks
 from ayo_llamaindex import events, ingest
 from ayo_llamaindex import explain as explain_mod
-from ayo_llamaindex._util import once
-from ayo_llamaindex.capture import capture_query_engine, describe
-from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, embed_send, runtime_for
+from ayo_llamaindex.capture import binding_label, capture_query_engine, describe
+from ayo_llamaindex.runtime import LOOP, assign_engines, embed_send, runtime_for
 from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
@@ -129,36 +132,6 @@ class OptimizedFunction:
         return explain_mod.explain_call(state.modules, state.lowered, state.notes, state.graph, state.trace)
 
 
-def is_async_callable(fn: Any) -> bool:
-    """An ``async def`` function, method or partial of one, or an object with an ``async def __call__``."""
-    if inspect.iscoroutinefunction(fn):
-        return True
-    # an instance: its class's __call__ (looked up in the class dicts, as Python calls it)
-    call = next((vars(k)["__call__"] for k in type(fn).__mro__ if "__call__" in vars(k)), None)
-    return not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
-
-
-class BoundOptimizedFunction:
-    """An optimized method bound to its instance (what ``instance.method`` returns)."""
-
-    def __init__(self, optimized: OptimizedFunction, instance: Any) -> None:
-        self.__func__, self.__self__ = optimized, instance
-        functools.update_wrapper(self, optimized, updated=())
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.__func__(self.__self__, *args, **kwargs)
-
-    async def acall(self, *args: Any, **kwargs: Any) -> Any:
-        """The async form (see :meth:`OptimizedFunction.acall`)."""
-        return await self.__func__.acall(self.__self__, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:  # explain(), last_trace, stock
-        return getattr(self.__func__, name)
-
-    def __repr__(self) -> str:
-        return f"<bound {self.__func__!r} of {self.__self__!r}>"
-
-
 # -- the per-call graph --------------------------------------------------------------------------
 
 def build_call_graph(state: CallState, query_engine: Any) -> tuple[Graph, Any, Any]:
@@ -180,7 +153,7 @@ def build_call_graph(state: CallState, query_engine: Any) -> tuple[Graph, Any, A
     state.lowered.extend(explain_mod.lowered_modules(plan))
     for name, reason in plan.opaque_modules():
         state.notes.append(f"{name}: {reason}")
-    return explain_mod.apply_passes(g), plan, assign
+    return optimize_graph(g), plan, assign
 
 
 def _add_ingest_nodes(g: Graph, k: int, p: ingest.PendingIngest, assign: Any) -> str:
@@ -249,7 +222,7 @@ def _defer(state: CallState, index: Any, args: tuple, kwargs: dict, what: str) -
     state.pending.append(pending)
     state.lowered.append((f"{type(index).__name__}.{what}", "Indexing"))
     state.modules.append(f"indexing ({what}): {type(index).__name__}, {len(nodes)} chunks -> Indexing[embed="
-                         f"{pending.embed.label}{'' if pending.embed.recognized else ' (opaque)'}, "
+                         f"{binding_label(pending.embed)}, "
                          f"store={type(pending.store).__name__}] (vectors deferred into the query graph)")
     return struct, pending
 
@@ -268,31 +241,29 @@ def _insert(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     return wrapped(*args, **kwargs) if deferred is None else None
 
 
-def _should_intercept(instance: Any) -> CallState | None:
+def _intercepted(instance: Any, args: tuple, kwargs: dict) -> tuple[CallState, Any] | None:
+    """``(call state, query)`` when this ``query``/``aquery`` call is one to run as Ayo's graph."""
     from ayo_llamaindex.query_engine import OptimizedQueryEngine
 
     state = _CALL.get()
-    if state is None or isinstance(instance, OptimizedQueryEngine):
+    if state is None or isinstance(instance, OptimizedQueryEngine) or len(args) + len(kwargs) != 1:
         return None
-    return state
+    return state, args[0] if args else next(iter(kwargs.values()))
 
 
 def _query(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    state = _should_intercept(instance)
-    if state is None or len(args) + len(kwargs) != 1:
+    hit = _intercepted(instance, args, kwargs)
+    if hit is None:
         return wrapped(*args, **kwargs)
-    query = args[0] if args else next(iter(kwargs.values()))
+    state, query = hit
     call = events.QueryCall(instance, query)  # the stock query()'s events, which this hook replaces
     with call.span() as done:
         return done(LOOP.run_sync(run_call_query(state, instance, query)))
 
 
 def _aquery(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    state = _should_intercept(instance)
-    if state is None or len(args) + len(kwargs) != 1:
-        return wrapped(*args, **kwargs)
-    query = args[0] if args else next(iter(kwargs.values()))
-    return _arun_call_query(state, instance, query)
+    hit = _intercepted(instance, args, kwargs)
+    return wrapped(*args, **kwargs) if hit is None else _arun_call_query(hit[0], instance, hit[1])
 
 
 async def _arun_call_query(state: CallState, query_engine: Any, query: Any) -> Any:

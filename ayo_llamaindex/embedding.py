@@ -19,8 +19,8 @@ from typing import Any
 
 from llama_index.core.base.embeddings.base import mean_agg
 
+from ayo_core.introspect import overrides_reason
 from ayo_llamaindex import events
-from ayo_llamaindex._util import overridden
 from ayo_shims import llamaindex as shim
 
 EmbedSend = Callable[..., Awaitable[list[list[float]]]]  # (texts, kind=..., batch_size=...) -> vectors
@@ -93,9 +93,8 @@ def recognize_embedding(model: Any) -> tuple[bool, str]:
         return False, "llama-index-embeddings-huggingface is not installed"
     if not isinstance(model, HuggingFaceEmbedding):
         return False, f"{type(model).__name__} is not an embedding class Ayo knows"
-    over = overridden(model, HuggingFaceEmbedding, _MIRRORED)
-    if over:
-        return False, f"{type(model).__name__} overrides {', '.join(over)}"
+    if over := overrides_reason(model, HuggingFaceEmbedding, _MIRRORED):
+        return False, over
     if shim.embedding_parallel_process(model):
         return False, "parallel_process=True"
     if getattr(model, "embeddings_cache", None) is not None:

@@ -21,8 +21,6 @@ events are *recorded* (``recording``) and replayed only when its answer is used.
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -32,7 +30,8 @@ from llama_index.core.callbacks import CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 
-from ayo_llamaindex._util import once
+from ayo_core.introspect import once
+from ayo_core.runtime import recording as recorder
 from ayo_shims import llamaindex as shim
 
 # the dispatchers stock emits on (a handler attached to one of them sees our events too)
@@ -43,32 +42,16 @@ _SYNTH = get_dispatcher("llama_index.core.response_synthesizers.base")
 _REFINE = get_dispatcher("llama_index.core.response_synthesizers.refine")
 _QUERY = get_dispatcher("llama_index.core.base.base_query_engine")
 
-Record = Callable[[], Any]  # a deferred emission (may return an awaitable)
-_RECORDER: contextvars.ContextVar[list[Record] | None] = contextvars.ContextVar("ayo_li_events", default=None)
 
-
-@contextlib.contextmanager
-def recording() -> Iterator[list[Record]]:
-    """Record (not emit) this task's events; :func:`replay` them if its result is used.
+def recording() -> contextlib.AbstractContextManager[list[Any]]:
+    """Record (not emit) this task's events (:mod:`ayo_core.runtime.recording`); ``replay`` them
+    if its result is used.
 
     Covers LlamaIndex's own emissions too (the prompt helper's ``CHUNKING`` events while a
     speculative synthesis packs chunks): see :func:`_install_hooks`.
     """
     _install_hooks()
-    records: list[Record] = []
-    token = _RECORDER.set(records)
-    try:
-        yield records
-    finally:
-        _RECORDER.reset(token)
-
-
-async def replay(records: list[Record]) -> None:
-    """Emit recorded events, in the order they happened."""
-    for record in records:
-        out = record()
-        if inspect.isawaitable(out):
-            await out
+    return recorder.recording()
 
 
 @once
@@ -87,7 +70,7 @@ def _start_args(event_type: Any, payload: Any = None, event_id: str | None = Non
 
 
 def _start_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    records = _RECORDER.get()
+    records = recorder.current()
     if records is None:
         return wrapped(*args, **kwargs)
     event_type, payload, event_id, parent_id, rest = _start_args(*args, **kwargs)
@@ -97,19 +80,7 @@ def _start_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _end_hook(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    records = _RECORDER.get()
-    if records is None:
-        return wrapped(*args, **kwargs)
-    records.append(lambda: wrapped(*args, **kwargs))
-    return None
-
-
-def _emit(record: Record) -> Any:
-    records = _RECORDER.get()
-    if records is not None:
-        records.append(record)
-        return None
-    return record()
+    return recorder.emit(lambda: wrapped(*args, **kwargs))
 
 
 # -- LLM ---------------------------------------------------------------------------------
@@ -150,23 +121,24 @@ async def _completion_call(llm: Any, prompt: str, call: Callable[[], Awaitable[A
 
 async def predict(llm: Any, prompt: Any, prompt_args: dict[str, Any], call: Callable[[], Awaitable[Any]]) -> Any:
     """``llm.predict(prompt, **prompt_args)``'s events around ``call``; returns ``call()``'s result."""
-    records = _RECORDER.get()
-    if records is not None:  # speculative: send now, emit later (if used) with the same result
-        result = await call()
-        records.append(lambda: _predict_events(llm, prompt, prompt_args, _canned(result)))
-        return result
-    return await _predict_events(llm, prompt, prompt_args, call)
+    return await _around(call, lambda inner: _predict_events(llm, prompt, prompt_args, inner))
 
 
 async def complete(llm: Any, prompt: str, call: Callable[[], Awaitable[Any]]) -> Any:
     """``llm.complete(prompt)``'s events (``QueryFusionRetriever``'s query generation) around ``call``."""
-    records = _RECORDER.get()
-    if records is not None:
+    return await _around(call, lambda inner: _completion_call(llm, prompt, inner))
+
+
+async def _around(call: Callable[[], Awaitable[Any]],
+                  emit_events: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]) -> Any:
+    """``emit_events`` around ``call``, returning ``call()``'s raw result (the engine's, with token usage)."""
+    records = recorder.current()
+    if records is not None:  # speculative: send now, emit later (if used) with the same result
         result = await call()
-        records.append(lambda: _completion_call(llm, prompt, _canned(result)))
+        records.append(lambda: emit_events(_canned(result)))
         return result
     box: list[Any] = []
-    await _completion_call(llm, prompt, _boxed(call, box))
+    await emit_events(_boxed(call, box))
     return box[0]
 
 
@@ -210,10 +182,10 @@ class _Event:
         def start() -> None:
             self.id = self.cm.on_event_start(self.type, payload=payload)
 
-        _emit(start)
+        recorder.emit(start)
 
     def end(self, payload: dict[str, Any]) -> None:
-        _emit(lambda: self.cm.on_event_end(self.type, payload=payload, event_id=self.id))
+        recorder.emit(lambda: self.cm.on_event_end(self.type, payload=payload, event_id=self.id))
 
     def fail(self, exc: BaseException) -> None:
         """End with the exception, once per exception as ``CallbackManager.event`` does."""
@@ -223,7 +195,7 @@ class _Event:
 
 
 def _dispatch(dispatcher: Any, event_factory: Callable[[], Any]) -> None:
-    _emit(lambda: dispatcher.event(event_factory()))
+    recorder.emit(lambda: dispatcher.event(event_factory()))
 
 
 async def embedding(model: Any, chunks: list[str], call: Callable[[], Awaitable[list[list[float]]]]) -> Any:
@@ -244,15 +216,31 @@ async def embedding(model: Any, chunks: list[str], call: Callable[[], Awaitable[
 async def retrieve(retriever: Any, query: Any, call: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
     """``BaseRetriever.retrieve``'s events around ``call`` (the lowered retrieval)."""
     event = Retrieval(retriever, query)
-    try:
+    with event.failing():
         nodes = await call()
-    except BaseException as exc:
-        event.fail(exc)
-        raise
     return event.end(nodes)
 
 
-class Retrieval:
+class _SplitEvents:
+    """A stock method's events split around the lowered work: its callback event ends with the
+    failure of any step run inside :meth:`failing`."""
+
+    event: _Event | None = None
+
+    def fail(self, exc: BaseException) -> None:
+        if self.event is not None:
+            self.event.fail(exc)
+
+    @contextlib.contextmanager
+    def failing(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as exc:
+            self.fail(exc)
+            raise
+
+
+class Retrieval(_SplitEvents):
     """``BaseRetriever.retrieve``'s events, split where the lowered retrieval is split (embed node,
     then search node): started before the query embedding, so its ``EMBEDDING`` events nest in
     ``RETRIEVE`` and the instrumentation events come in stock's order."""
@@ -265,9 +253,6 @@ class Retrieval:
         _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
         self.event = _Event(retriever.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
 
-    def fail(self, exc: BaseException) -> None:
-        self.event.fail(exc)
-
     def end(self, nodes: list[Any]) -> list[Any]:
         from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
 
@@ -276,7 +261,7 @@ class Retrieval:
         return nodes
 
 
-class Synthesis:
+class Synthesis(_SplitEvents):
     """``BaseSynthesizer.synthesize``'s events, split around the lowered synthesis."""
 
     def __init__(self, synth: Any, query: Any) -> None:
@@ -289,10 +274,6 @@ class Synthesis:
         """Nodes are there: the ``SYNTHESIZE`` callback event starts (stock emits none for zero nodes)."""
         self.event = _Event(self.synth.callback_manager, CBEventType.SYNTHESIZE,
                             {EventPayload.QUERY_STR: self.query.query_str})
-
-    def fail(self, exc: BaseException) -> None:
-        if self.event is not None:
-            self.event.fail(exc)
 
     def end(self, response: Any) -> Any:
         from llama_index.core.instrumentation.events.synthesis import SynthesizeEndEvent

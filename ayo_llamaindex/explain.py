@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ayo_core.explain import Explanation, explanation
-
-__all__ = ["Explanation", "apply_passes", "explain_call", "explain_query_engine", "lowered_modules"]
 from ayo_llamaindex.capture import QueryEnginePlan, describe
 
-log = logging.getLogger(__name__)
-
-
-def apply_passes(graph: Any) -> Any:
-    """The core's optimization passes (``ayo_core.passes.optimize_graph``), in the paper's order."""
-    from ayo_core.passes import optimize_graph
-
-    return optimize_graph(graph)
+__all__ = ["Explanation", "explain_call", "explain_query_engine", "lowered_modules"]
 
 
 def lowered_modules(plan: QueryEnginePlan) -> list[tuple[str, str]]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import logging
 import threading
 from typing import Any
 
@@ -29,18 +28,14 @@ from llama_index.core.schema import ImageNode, IndexNode, MetadataMode
 from llama_index.core.utils import iter_batch
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 
-from ayo_llamaindex._util import overridden
+from ayo_core.introspect import once, overrides_reason
+from ayo_core.runtime.pending import PendingWrites
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.runtime import LOOP
 from ayo_shims import llamaindex as shim
 
-log = logging.getLogger(__name__)
-
 _IN_INGEST: contextvars.ContextVar[bool] = contextvars.ContextVar("ayo_in_ingest", default=False)
-# id(store) -> pending ingests (stores are unhashable pydantic models; a registered
-# PendingIngest holds its store, so the id cannot be reused while it is listed)
-_pending_by_store: dict[int, list[PendingIngest]] = {}
-_pending_lock = threading.Lock()
+_PENDING = PendingWrites()  # vector store -> its PendingIngests, in the order they were deferred
 _INDEX_MIRRORED = shim.INDEX_MIRRORED
 _BARRIER_METHODS = ("add", "delete", "delete_nodes", "clear", "query", "get", "get_nodes", "persist")
 
@@ -60,9 +55,8 @@ def why_not_deferred(index: Any, insert_kwargs: dict[str, Any]) -> str | None:
     """None when this index's vector writes can be deferred, else the reason (for explain())."""
     if not isinstance(index, VectorStoreIndex):
         return f"{type(index).__name__} is not a VectorStoreIndex"
-    over = overridden(index, VectorStoreIndex, _INDEX_MIRRORED)
-    if over:
-        return f"{type(index).__name__} overrides {', '.join(over)}"
+    if over := overrides_reason(index, VectorStoreIndex, _INDEX_MIRRORED):
+        return over
     store = index.vector_store
     if type(store) not in known_store_types():
         return f"vector store {type(store).__name__} is not one Ayo defers writes to"
@@ -74,10 +68,9 @@ def why_not_deferred(index: Any, insert_kwargs: dict[str, Any]) -> str | None:
 class PendingIngest:
     """The embed + vector-store-add half of one ``from_documents`` call."""
 
-    def __init__(self, index: VectorStoreIndex, nodes: list[Any], embed: EmbedBinding,
-                 after: PendingIngest | None = None) -> None:
+    def __init__(self, index: VectorStoreIndex, nodes: list[Any], embed: EmbedBinding) -> None:
         self.index, self.nodes, self.embed = index, nodes, embed
-        self.after = after  # an earlier pending write into the same store: lands first, as in stock
+        self.after: PendingIngest | None = None  # an earlier pending write into the same store: lands first, as in stock
         self.store = index.vector_store
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -134,7 +127,7 @@ class PendingIngest:
             return len(with_vectors)
         finally:
             _IN_INGEST.reset(token)
-            unregister(self)
+            _PENDING.remove(self.store, self)
 
     def wait_sync(self) -> None:
         """Block until the vectors are in the store (starting the work if nobody has)."""
@@ -147,27 +140,11 @@ class PendingIngest:
         LOOP.run_sync(self.run(direct_embed_send(self.embed)))
 
 
-def register(p: PendingIngest) -> None:
-    with _pending_lock:
-        _pending_by_store.setdefault(id(p.store), []).append(p)
-
-
-def unregister(p: PendingIngest) -> None:
-    with _pending_lock:
-        lst = _pending_by_store.get(id(p.store))
-        if lst and p in lst:
-            lst.remove(p)
-        if not lst:
-            _pending_by_store.pop(id(p.store), None)
-
-
 def barrier(store: Any) -> None:
     """Wait for every pending ingest into ``store`` (not from inside an ingest itself)."""
     if _IN_INGEST.get():
         return
-    with _pending_lock:
-        pending = list(_pending_by_store.get(id(store), ()))
-    for p in pending:
+    for p in _PENDING.of(store):
         p.wait_sync()
 
 
@@ -184,30 +161,19 @@ def defer_vectors(index: VectorStoreIndex, index_struct: Any, nodes: list[Any]) 
             node_without_embedding.embedding = None
             index_struct.add_node(node_without_embedding, text_id=node.node_id)
             index.docstore.add_documents([node_without_embedding], allow_update=True)
-    with _pending_lock:
-        earlier = list(_pending_by_store.get(id(store), ()))
-    pending = PendingIngest(index, list(nodes), EmbedBinding(shim.index_embed_model(index)), after=earlier[-1] if earlier else None)
-    register(pending)
+    pending = PendingIngest(index, list(nodes), EmbedBinding(shim.index_embed_model(index)))
+    pending.after = _PENDING.add(store, pending)  # an earlier pending write into the store lands first
     return pending
 
 
-_hooks_installed = False
-_hooks_lock = threading.Lock()
-
-
+@once
 def install_barriers() -> None:
     """Wrap the known stores' methods so outside access waits for pending vectors (once per process)."""
-    global _hooks_installed
-
-    with _hooks_lock:
-        if _hooks_installed:
-            return
-        for store_type in known_store_types():
-            shim.wrap_store_methods(store_type, _BARRIER_METHODS, _barrier_wrapper)
-        _hooks_installed = True
+    for store_type in known_store_types():
+        shim.wrap_store_methods(store_type, _BARRIER_METHODS, _barrier_wrapper)
 
 
 def _barrier_wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    if instance is not None and id(instance) in _pending_by_store:
+    if instance is not None and instance in _PENDING:
         barrier(instance)
     return wrapped(*args, **kwargs)

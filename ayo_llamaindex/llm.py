@@ -13,21 +13,20 @@ still overlaps with independent work.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from llama_index.core.llms.llm import LLM
 from llama_index.core.prompts import BasePromptTemplate
 
 from ayo_core.engines.llm_client import LLMEngineError, StopStream
+from ayo_core.engines.openai_request import CLIENT_ONLY_KWARGS, LLMRequest, json_body, with_outer_retries
+from ayo_core.introspect import overrides_reason
+from ayo_core.runtime.caller import call_stock
 from ayo_llamaindex import events
-from ayo_llamaindex._util import overridden
 from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
@@ -35,23 +34,6 @@ log = logging.getLogger(__name__)
 # Methods whose stock behaviour we reproduce. A subclass overriding any of them
 # changes what is sent, so it stays opaque.
 _REQUEST_METHODS = shim.LLM_REQUEST_MIRRORED
-# Client-side options of the openai SDK that are not part of the JSON body.
-_CLIENT_ONLY_KWARGS = ("extra_headers", "extra_query", "timeout")
-
-
-@dataclass(frozen=True)
-class LLMRequest:
-    """One request exactly as the stock LLM class would send it (minus ``stream``)."""
-
-    kind: Literal["chat", "completion"]
-    body: dict[str, Any]
-
-    @property
-    def text(self) -> str:
-        """The prompt text (completion) or the concatenated message contents (chat)."""
-        if self.kind == "completion":
-            return str(self.body["prompt"])
-        return "\n".join(str(m.get("content", "")) for m in self.body["messages"])
 
 
 @dataclass
@@ -108,16 +90,13 @@ class LLMBinding:
         llm = self.llm
         if not shim.uses_chat_completions(llm):  # OpenAILike(is_chat_model=False).chat
             return self._completion_request(llm.messages_to_prompt(messages))
-        body = {"messages": to_openai_message_dicts(messages, model=llm.model)}
-        body.update(_json_kwargs(shim.model_kwargs(llm)))
-        return LLMRequest("chat", body)
+        return LLMRequest("chat", {"messages": to_openai_message_dicts(messages, model=llm.model),
+                                   **json_body(shim.model_kwargs(llm))})
 
     def _completion_request(self, prompt: str) -> LLMRequest:
         kwargs = shim.model_kwargs(self.llm)
         shim.update_max_tokens(self.llm, kwargs, prompt)
-        body = {"prompt": prompt}
-        body.update(_json_kwargs(kwargs))
-        return LLMRequest("completion", body)
+        return LLMRequest("completion", {"prompt": prompt, **json_body(kwargs)})
 
     def parse(self, text: str) -> str:
         """``LLM.predict``'s post-processing of the raw text (the LLM's output parser)."""
@@ -130,7 +109,7 @@ class LLMBinding:
     ) -> str:
         """``llm.predict(prompt, **prompt_args)``: through ``send`` when recognized, else opaque."""
         if not self.recognized or send is None:
-            return await _call_user_llm(self.llm.predict, self.llm.apredict, prompt, **prompt_args)
+            return await call_stock(self.llm.predict, self.llm.apredict, prompt, **prompt_args)
         request = self.predict_request(prompt, **prompt_args)
         result = await events.predict(self.llm, prompt, prompt_args, lambda: self._send(send, request, stream_cb))
         return self.parse(result.text)
@@ -140,7 +119,7 @@ class LLMBinding:
     ) -> str:
         """``llm.complete(prompt).text``: through ``send`` when recognized, else opaque."""
         if not self.recognized or send is None:
-            response = await _call_user_llm(self.llm.complete, self.llm.acomplete, prompt)
+            response = await call_stock(self.llm.complete, self.llm.acomplete, prompt)
             if stream_cb is not None and response.text:
                 with contextlib.suppress(StopStream):  # the whole text is already here
                     stream_cb(response.text)
@@ -155,46 +134,13 @@ class LLMBinding:
         Stock retries twice over: the openai SDK retries each request ``max_retries`` times (the
         engine does the same, same backoff), and the class's ``llm_retry_decorator`` (tenacity)
         repeats that whole call up to ``max_retries`` attempts within 60 s on connection, timeout,
-        rate-limit and server errors, so a server restarting for ten seconds is survived. A
-        streamed call is only repeated while nothing was streamed yet (deltas already went on).
+        rate-limit and server errors (``ayo_core.engines.openai_request.with_outer_retries``).
         """
         max_retries = int(getattr(self.llm, "max_retries", 0) or 0)
-        streamed = False
-
-        def on_delta(delta: str) -> Any:
-            nonlocal streamed
-            streamed = True
-            return stream_cb(delta)
-
-        cb = on_delta if stream_cb is not None else None
-        started, attempt = time.monotonic(), 1
-        while True:
-            try:
-                return await send(request, stream_cb=cb, max_retries=max_retries)
-            except LLMEngineError as exc:
-                error = sdk_error(self.llm, request, exc)
-                if (streamed or attempt >= max_retries or not _outer_retryable(error)
-                        or time.monotonic() - started >= OUTER_RETRY_WINDOW_S):
-                    raise error from exc
-                wait = _outer_wait(attempt)
-                log.warning("Retrying %s in %.1f s as it raised %s (attempt %d of %d, as stock)",
-                            self.label, wait, type(error).__name__, attempt, max_retries)
-                await asyncio.sleep(wait)
-                attempt += 1
-
-
-async def _call_user_llm(sync_fn: Callable[..., Any], async_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """An LLM Ayo does not send requests for, called as stock calls it: ``apredict`` / ``acomplete``
-    on the caller's loop inside ``aquery`` (every stock async path awaits them; their events and
-    async client are the class's own), the sync method in a worker thread inside ``query``."""
-    from ayo_llamaindex.runtime import call_stock  # runtime imports this module
-
-    return await call_stock(sync_fn, async_fn, *args, **kwargs)
-
-
-# llama_index.llms.openai's llm_retry_decorator: tenacity, stop after max_retries attempts or 60 s,
-# random exponential wait between 1 and 20 s
-OUTER_RETRY_WINDOW_S = 60.0
+        return await with_outer_retries(
+            lambda cb: send(request, stream_cb=cb, max_retries=max_retries), attempts=max_retries,
+            stream_cb=stream_cb, to_error=lambda exc: sdk_error(self.llm, request, exc),
+            retryable=_outer_retryable, label=self.label)
 
 
 def _outer_retryable(error: BaseException) -> bool:
@@ -206,32 +152,17 @@ def _outer_retryable(error: BaseException) -> bool:
                               openai.InternalServerError))
 
 
-def _outer_wait(attempt: int) -> float:
-    """tenacity's ``wait_random_exponential(min=1, max=20)`` after attempt number ``attempt``."""
-    high = max(1.0, min(20.0, 2.0 ** (attempt - 1)))
-    return random.uniform(1.0, high)
-
-
 def sdk_error(llm: Any, request: LLMRequest, exc: LLMEngineError) -> BaseException:
     """The exception the stock LLM's openai SDK raises for the same failure, Ayo's detail as a note
     (built by :func:`ayo_shims.openai_errors.sdk_error`); Ayo's own error when the SDK has none."""
     from ayo_shims.openai_errors import sdk_error as rebuild
 
-    path = "/chat/completions" if request.kind == "chat" else "/completions"
     try:
         client = shim.sdk_client(llm)
     except Exception:  # noqa: BLE001 - no client to build the SDK's error with: Ayo's (clear) error
         log.debug("could not get the LLM's openai client", exc_info=True)
         return exc
-    return rebuild(client, f"{str(llm.api_base).rstrip('/')}{path}", exc) or exc
-
-
-def _json_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Model kwargs as they land in the JSON body (the openai SDK merges ``extra_body``)."""
-    body = {k: v for k, v in kwargs.items() if k not in _CLIENT_ONLY_KWARGS and k != "extra_body"}
-    body.update(kwargs.get("extra_body") or {})
-    body.pop("stream", None)
-    return body
+    return rebuild(client, f"{str(llm.api_base).rstrip('/')}{request.path}", exc) or exc
 
 
 def recognize_llm(llm: Any) -> tuple[bool, str]:
@@ -248,9 +179,8 @@ def recognize_llm(llm: Any) -> tuple[bool, str]:
     if isinstance(llm, StructuredLLM) or not isinstance(llm, OpenAI):
         return False, f"{type(llm).__name__} is not an OpenAI-compatible LLM class Ayo knows"
     base = OpenAILike if isinstance(llm, OpenAILike) else OpenAI
-    over = overridden(llm, base, _REQUEST_METHODS)
-    if over:
-        return False, f"{type(llm).__name__} overrides {', '.join(over)}"
+    if over := overrides_reason(llm, base, _REQUEST_METHODS):
+        return False, over
     if any(client is not None for client in shim.user_http_clients(llm)):
         return False, "it was given its own httpx client"
     for client in shim.cached_sdk_clients(llm):
@@ -259,7 +189,7 @@ def recognize_llm(llm: Any) -> tuple[bool, str]:
             return False, "it was given its own OpenAI client"
     if llm.modalities and "audio" in llm.modalities:
         return False, "audio modalities"
-    if any(k in (llm.additional_kwargs or {}) for k in _CLIENT_ONLY_KWARGS):
+    if any(k in (llm.additional_kwargs or {}) for k in CLIENT_ONLY_KWARGS):
         return False, "additional_kwargs holds client-side options (extra_headers/extra_query/timeout)"
     if llm.default_headers:
         return False, "custom default_headers"

@@ -33,6 +33,8 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
+from ayo_core.introspect import overridden
+from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import (
     FusionHooks,
     FusionRetrieval,
@@ -46,9 +48,8 @@ from ayo_core.templates import (
 )
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
 from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
-from ayo_llamaindex._util import overridden
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
-from ayo_llamaindex.runtime import EngineAssignment, call_stock, embed_send, in_async_call, llm_send
+from ayo_llamaindex.runtime import EngineAssignment, embed_send, llm_send
 from ayo_shims import llamaindex as shim
 
 
@@ -145,25 +146,13 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         event = events.Retrieval(r, query)
         if not retrieval.needs_query_embedding(r, query):
             return None, event
-        try:
+        with event.failing():
             return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs)), event
-        except BaseException as exc:
-            event.fail(exc)
-            raise
 
     async def search(ctx: Any, query: QueryBundle, embedded: tuple[Any, events.Retrieval]) -> Any:
         embedding, event = embedded
-        bundle = query
-        if embedding is not None:
-            # stock retrieve() leaves the embedding on the caller's bundle; aretrieve() does not
-            if in_async_call():
-                bundle = copy.copy(query)
-            bundle.embedding = embedding
-        try:
-            nodes = await asyncio.to_thread(retrieval.search_sync, r, bundle)
-        except BaseException as exc:
-            event.fail(exc)
-            raise
+        with event.failing():
+            nodes = await asyncio.to_thread(retrieval.search_sync, r, retrieval.with_embedding(query, embedding))
         return event.end(nodes)
 
     hooks = RetrievalHooks(embed=embed_query, search=search, engine=kind or "local")
@@ -297,17 +286,14 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
                 spec.cancel()
             return event.end(synthesis.empty_response(synth))
         event.begin()
-        try:
+        with event.failing():
             return event.end(await synthesize_or_take(ctx, query, nodes, spec))
-        except BaseException as exc:
-            event.fail(exc)
-            raise
 
     async def synthesize_or_take(ctx: Any, query: QueryBundle, nodes: list, spec: Any) -> Any:
         used, text = await board.take(spec, nodes) if board is not None else (False, None)
         if not used:
             text = await synthesize_text(ctx, query.query_str, nodes)
-        return synthesis.prepare_response(synth, text, nodes)
+        return shim.prepare_response_output(synth, text, list(nodes))  # BaseSynthesizer's own
 
     hooks = SynthesisHooks(run=run, engine=kind or "local", prefix=prefill.prefix_spec(plan, assign))
     return Synthesis(mode, module="synthesizer", hooks=hooks).build(g, "synthesize", {"query": query, "nodes": nodes})

@@ -29,10 +29,10 @@ from llama_index.core.postprocessor import (
 )
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ayo_core.introspect import overrides_reason
 from ayo_core.modules import TypeDispatch
+from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import LocalRerank, Transform
-from ayo_llamaindex._util import overridden
-from ayo_llamaindex.runtime import call_stock
 from ayo_shims import llamaindex as shim
 
 _RERANK_MIRRORED = shim.RERANK_MIRRORED
@@ -48,9 +48,8 @@ LOCAL_TEMPLATES.register(SentenceTransformerRerank)(LocalRerank)
 def postprocessor_kind(pp: Any) -> tuple[str, str]:
     """``("llm_rerank" | "local" | "opaque", note)``."""
     if isinstance(pp, LLMRerank):
-        over = overridden(pp, LLMRerank, _RERANK_MIRRORED)
-        if over:
-            return "opaque", f"{type(pp).__name__} overrides {', '.join(over)}"
+        if over := overrides_reason(pp, LLMRerank, _RERANK_MIRRORED):
+            return "opaque", over
         return "llm_rerank", ""
     if LOCAL_TEMPLATES.find(pp) is not None:
         return "local", ""

@@ -15,11 +15,13 @@ uses it). The real request is unchanged, so this can never change an answer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from llama_index.core.schema import QueryBundle
 
-from ayo_core.engines.prefix_warming import STAND_INS, least_tokens, warm_prefix
+from ayo_core.engines.openai_request import LLMRequest, request_prefix, stand_in_renders
+from ayo_core.engines.prefix_warming import least_tokens, warm_prefix
 from ayo_core.graph import PrefixSpec
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.runtime import EngineAssignment
@@ -27,37 +29,23 @@ from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
 
-SENTINEL = "\u2063ayo-late\u2063"
 MIN_TOKENS = 16  # below this nothing fills a cache block worth the request (the server's block size wins)
+
+
+def _renderer(binding: LLMBinding, template: Any, late_vars: tuple[str, ...]) -> Callable[[str], LLMRequest]:
+    """``render(value)``: the final request with ``value`` in every late variable."""
+    return lambda value: binding.predict_request(template, **dict.fromkeys(late_vars, value))
 
 
 def prefix_of(binding: LLMBinding, template: Any, late_vars: tuple[str, ...]) -> dict[str, Any] | None:
     """``{"prompt": text}`` or ``{"messages": [...]}``: the final request's head before any late var."""
-    request = binding.predict_request(template, **dict.fromkeys(late_vars, SENTINEL))
-    if request.kind == "completion":
-        text = str(request.body["prompt"])
-        cut = text.find(SENTINEL)
-        return {"prompt": text[:cut]} if cut > 0 else None
-    messages = request.body["messages"]
-    for i, m in enumerate(messages):
-        content = m.get("content")
-        if isinstance(content, str) and SENTINEL in content:
-            head = {**m, "content": content[: content.find(SENTINEL)]}
-            return {"messages": [*messages[:i], head]}
-    return None
+    return request_prefix(_renderer(binding, template, late_vars))
 
 
 def renders(binding: LLMBinding, template: Any, late_vars: tuple[str, ...]) -> list[dict[str, Any]] | None:
     """``tokenize`` arguments of the final request with each core stand-in in the late variables;
     None when no late variable is in the request (nothing is known early)."""
-    if prefix_of(binding, template, late_vars) is None:
-        return None
-    out = []
-    for stand_in in STAND_INS:
-        request = binding.predict_request(template, **dict.fromkeys(late_vars, stand_in))
-        body = request.body
-        out.append({"prompt": str(body["prompt"])} if request.kind == "completion" else {"messages": body["messages"]})
-    return out
+    return stand_in_renders(_renderer(binding, template, late_vars))
 
 
 def prefix_spec(synth_plan: Any, assign: EngineAssignment) -> PrefixSpec | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import time
 from typing import Any
 
@@ -15,15 +14,19 @@ from llama_index.core.callbacks import EventPayload
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ayo_core.introspect import overridden
+from ayo_core.passes import optimize_graph
+from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_llamaindex import events
 from ayo_llamaindex import explain as explain_mod
-from ayo_llamaindex._util import overridden, spanned_elsewhere
 from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
-from ayo_llamaindex.runtime import CALLER_LOOP, LOOP, assign_engines, runtime_for
+from ayo_llamaindex.runtime import LOOP, assign_engines, runtime_for
 from ayo_shims import llamaindex as shim
 
-log = logging.getLogger(__name__)
+# LlamaIndex's DispatcherSpanMixin opens a span around every override of a spanned base method; a
+# method that only delegates to a spanned one would open two (one SpanDropEvent more than stock)
+spanned_elsewhere = shim.mark_spanned_elsewhere
 _ids = itertools.count()
 
 
@@ -49,7 +52,7 @@ class OptimizedQueryEngine(BaseQueryEngine):
 
         self._graph = build_query_graph(self._plan, self._assign)
         self._graph.lint()
-        self._graph = explain_mod.apply_passes(self._graph)
+        self._graph = optimize_graph(self._graph)
         self._capture_s = time.perf_counter() - t0
         self.last_trace: Any = None
         # an engine defining query() itself (CustomQueryEngine) runs it whole: no query events of ours

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,11 +26,10 @@ from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ayo_core.engines.llm_client import StopStream
-from ayo_llamaindex._util import overridden
-from ayo_llamaindex.runtime import call_stock, in_async_call
+from ayo_core.introspect import overrides_reason
+from ayo_core.runtime.caller import call_stock, in_async_call
+from ayo_core.runtime.pipelined import PipelinedParts
 from ayo_shims import llamaindex as shim
-
-log = logging.getLogger(__name__)
 
 RetrieveFn = Callable[[QueryBundle], Awaitable[list[NodeWithScore]]]
 EmbedQueriesFn = Callable[[list[str]], Awaitable[list[float]]]
@@ -43,14 +41,12 @@ _FUSION_MIRRORED = shim.FUSION_RETRIEVER_MIRRORED
 def retriever_kind(retriever: Any) -> tuple[str, str]:
     """``("vector" | "fusion" | "opaque", reason-if-opaque)``."""
     if isinstance(retriever, QueryFusionRetriever):
-        over = overridden(retriever, QueryFusionRetriever, _FUSION_MIRRORED)
-        if over:
-            return "opaque", f"{type(retriever).__name__} overrides {', '.join(over)}"
+        if over := overrides_reason(retriever, QueryFusionRetriever, _FUSION_MIRRORED):
+            return "opaque", over
         return "fusion", ""
     if isinstance(retriever, VectorIndexRetriever):
-        over = overridden(retriever, VectorIndexRetriever, _VECTOR_MIRRORED)
-        if over:
-            return "opaque", f"{type(retriever).__name__} overrides {', '.join(over)}"
+        if over := overrides_reason(retriever, VectorIndexRetriever, _VECTOR_MIRRORED):
+            return "opaque", over
         return "vector", ""
     if isinstance(retriever, BaseRetriever):
         return "opaque", f"{type(retriever).__name__} is a retriever Ayo does not lower"
@@ -68,6 +64,16 @@ def needs_query_embedding(retriever: VectorIndexRetriever, query_bundle: QueryBu
     )
 
 
+def with_embedding(query_bundle: QueryBundle, embedding: list[float] | None) -> QueryBundle:
+    """The bundle the search reads: stock ``retrieve()`` leaves the query embedding on the caller's
+    bundle, ``aretrieve()`` (inside ``aquery``) on a copy."""
+    if embedding is None:
+        return query_bundle
+    bundle = copy.copy(query_bundle) if in_async_call() else query_bundle
+    bundle.embedding = embedding
+    return bundle
+
+
 def search_sync(retriever: VectorIndexRetriever, query_bundle: QueryBundle) -> list[NodeWithScore]:
     """The search half of ``BaseRetriever.retrieve`` (embedding already on the bundle)."""
     nodes = shim.search_with_embedding(retriever, query_bundle)
@@ -81,14 +87,10 @@ async def vector_retrieve(
     from ayo_llamaindex import events
 
     async def run() -> list[NodeWithScore]:
-        bundle = query_bundle
-        if needs_query_embedding(retriever, bundle):
-            # stock sync retrieval stores the embedding on the caller's bundle; async does not
-            embedding = await embed_queries(list(bundle.embedding_strs))
-            if in_async_call():
-                bundle = copy.copy(bundle)
-            bundle.embedding = embedding
-        return await asyncio.to_thread(search_sync, retriever, bundle)
+        embedding = None
+        if needs_query_embedding(retriever, query_bundle):
+            embedding = await embed_queries(list(query_bundle.embedding_strs))
+        return await asyncio.to_thread(search_sync, retriever, with_embedding(query_bundle, embedding))
 
     return await events.retrieve(retriever, query_bundle, run)
 
@@ -176,42 +178,6 @@ class QueryLines:
         return parse_queries(self.retriever, text)
 
 
-class _PipelinedQueries:
-    """Starts sub-retrievals for each generated query as soon as its line is decoded."""
-
-    def __init__(self, retriever: QueryFusionRetriever, subs: list[RetrieveFn]) -> None:
-        self.retriever = retriever
-        self.subs = subs
-        # the stream itself (and its early stop) is QueryLines'; each delta also starts new retrievals
-        self.lines = QueryLines(retriever, forward=self._start_finished)
-        self.on_delta = self.lines.on_delta
-        self.started: list[str] = []
-        self.tasks: list[list[asyncio.Task]] = []  # per generated query, per sub-retriever
-
-    def start(self, query_str: str) -> list[asyncio.Task]:
-        bundle = QueryBundle(query_str)
-        return [asyncio.ensure_future(sub(bundle)) for sub in self.subs]
-
-    def _start_finished(self, _delta: str) -> None:
-        for q in finished_queries(self.retriever, self.lines.text)[len(self.started):]:
-            self.started.append(q)
-            self.tasks.append(self.start(q))
-
-    def reconcile(self, final: list[str]) -> list[list[asyncio.Task]]:
-        """Tasks for exactly the stock list of queries; restart any that diverged."""
-        out = []
-        for k, q in enumerate(final):
-            if k < len(self.started) and self.started[k] == q:
-                out.append(self.tasks[k])
-            else:
-                log.debug("streamed query %d diverged from the final parse; retrieving again", k)
-                out.append(self.start(q))
-        for k in range(len(final), len(self.tasks)):
-            for t in self.tasks[k]:
-                t.cancel()
-        return out
-
-
 async def fusion_retrieve(
     retriever: QueryFusionRetriever,
     query_bundle: QueryBundle,
@@ -220,15 +186,21 @@ async def fusion_retrieve(
 ) -> list[NodeWithScore]:
     """``QueryFusionRetriever.retrieve`` with the original query retrieved during the
     query-gen decode and each generated query retrieved as soon as its line is done."""
+    def start(query_str: str) -> list[asyncio.Task]:
+        bundle = QueryBundle(query_str)
+        return [asyncio.ensure_future(sub(bundle)) for sub in subs]
+
     original = [asyncio.ensure_future(sub(query_bundle)) for sub in subs]
     per_query = [original]
     queries = [query_bundle]
     try:
         if retriever.num_queries > 1:
-            pipe = _PipelinedQueries(retriever, subs)
-            text = await complete(query_gen_prompt(retriever, query_bundle.query_str), stream_cb=pipe.on_delta)
+            # the stream (and its early stop) is QueryLines'; each delta also starts the finished lines' retrievals
+            pipe = PipelinedParts(lambda text: finished_queries(retriever, text), start)
+            lines = QueryLines(retriever, forward=lambda _delta: pipe.on_text(lines.text))
+            text = await complete(query_gen_prompt(retriever, query_bundle.query_str), stream_cb=lines.on_delta)
             # stopped early, the text is a prefix; the finished lines are what stock parses from the whole
-            final = pipe.lines.queries(text)
+            final = lines.queries(text)
             per_query += pipe.reconcile(final)
             queries += [QueryBundle(q) for q in final]
         results: dict[tuple[str, int], list[NodeWithScore]] = {}

@@ -11,21 +11,18 @@ way stock would.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import logging
+import functools
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ayo_core.engines.openai_request import send_request
 from ayo_core.engines.registry import get_embedding_engine, get_llm_engine
 from ayo_core.runtime import Runtime, bridge, llm_config, shared_runtime
-from ayo_llamaindex.embedding import EmbedBinding
-from ayo_llamaindex.llm import LLMBinding, LLMRequest
+from ayo_llamaindex.embedding import EmbedBinding, EmbedSend
+from ayo_llamaindex.llm import LLMBinding
 from ayo_shims import python_runtime
-
-log = logging.getLogger(__name__)
 
 # Threads of the embedding engine's worker. When indexing overlaps decoding (doc-QA with
 # query expansion) one thread leaves the second core to vLLM; otherwise torch's default
@@ -45,34 +42,6 @@ def embed_threads(overlap: bool) -> int | None:
 # LangChain adapter); aquery awaits it with LOOP.arun from the caller's loop.
 LOOP = bridge.BRIDGE
 bridge.use_executor(python_runtime.daemon_pool)
-
-# The caller's event loop while Ayo runs an ``aquery`` (None for a sync ``query``). Set inside
-# the query's own task on Ayo's loop, so every node task of that query (a copy of its context)
-# sees it and nothing leaks to other queries.
-CALLER_LOOP: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.ContextVar(
-    "ayo_llamaindex_caller_loop", default=None)
-
-
-def in_async_call() -> bool:
-    """Whether the running query came in through ``aquery`` (stock then takes the async paths)."""
-    return CALLER_LOOP.get() is not None
-
-
-async def call_stock(sync_fn: Callable[..., Any], async_fn: Callable[..., Awaitable[Any]], *args: Any,
-                     **kwargs: Any) -> Any:
-    """Call a user's (opaque) object the way the stock engine would at this point.
-
-    Inside ``aquery`` stock awaits the object's async method on the caller's event loop; that
-    is where it must run (a streaming synthesizer returns an ``AsyncStreamingResponse`` the
-    caller iterates; async clients are bound to the loop they were made on), so it is sent
-    there, the caller's loop being idle while it awaits us. Inside ``query`` stock calls the
-    sync method: here in a worker thread, so other nodes keep running.
-    """
-    loop = CALLER_LOOP.get()
-    if loop is None or loop.is_closed():
-        return await asyncio.to_thread(sync_fn, *args, **kwargs)
-    future = asyncio.run_coroutine_threadsafe(async_fn(*args, **kwargs), loop)
-    return await asyncio.wrap_future(future)  # cancelling this cancels the task on the caller's loop
 
 
 @dataclass
@@ -98,11 +67,6 @@ def _embed_key(binding: EmbedBinding) -> tuple:
     return tuple(sorted(binding.engine_options().items()))
 
 
-def llm_engine_for(base_url: str, model: str, api_key: str, timeout: float) -> Any:
-    """The process's shared engine for an endpoint (one that sends the user's key when it is a real one)."""
-    return get_llm_engine(base_url, model=model, api_key=api_key, timeout=timeout)
-
-
 def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: bool = False) -> EngineAssignment:
     """Shared engines (``ayo_core.engines`` registry) for every recognized binding; ``overlap``:
     embedding runs alongside decoding (see :func:`embed_threads`)."""
@@ -112,7 +76,8 @@ def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: 
             kind = "llm" if not out.llm_kinds else f"llm{len(out.llm_kinds)}"
             base_url, model, api_key = b.endpoint
             out.llm_kinds[b.endpoint] = kind
-            out.engines[kind] = llm_engine_for(base_url, model, api_key, float(b.llm.timeout or 300.0))
+            # the process's shared engine (one that sends the user's key when it is a real one)
+            out.engines[kind] = get_llm_engine(base_url, model=model, api_key=api_key, timeout=float(b.llm.timeout or 300.0))
     for e in embeds:
         key = _embed_key(e) if e.recognized else None
         if key is not None and key not in out.embed_kinds:
@@ -139,51 +104,28 @@ LLMSend = Callable[..., Awaitable[Any]]
 
 def llm_send(ctx: Any, kind: str | None) -> LLMSend | None:
     """``send(request, stream_cb=None) -> LLMResult`` (text, token usage) through the ``kind``
-    engine's scheduler; a 429 / 5xx answer is retried ``max_retries`` times, as the openai SDK does."""
+    engine's scheduler (:func:`ayo_core.engines.openai_request.send_request`)."""
     if kind is None:
         return None
-    proxy = ctx.engine(kind)
-
-    async def send(request: LLMRequest, priority: int | None = None, stream_cb: Any = None,
-                   max_retries: int = 0) -> Any:
-        body = dict(request.body)
-        kw: dict[str, Any] = {"max_tokens": body.pop("max_tokens", None),
-                              "temperature": body.pop("temperature", None), "stop": body.pop("stop", None),
-                              "max_retries": max_retries}
-        if stream_cb is not None:
-            kw["stream_cb"] = stream_cb
-        if priority is not None:
-            kw["priority"] = priority
-        if request.kind == "chat":
-            result = await proxy.chat(body.pop("messages"), **kw, **body)
-        else:
-            result = await proxy.complete(body.pop("prompt"), **kw, **body)
-        return result
-
-    return send
+    return functools.partial(send_request, ctx.engine(kind))
 
 
-def embed_send(ctx: Any, kind: str | None) -> Callable[..., Awaitable[list[list[float]]]] | None:
+def embed_send(ctx: Any, kind: str | None) -> EmbedSend | None:
     """``send(texts, kind="text"|"query") -> vectors`` through the ``kind`` embedding scheduler."""
-    if kind is None:
-        return None
-    proxy = ctx.engine(kind)
-
-    async def send(texts: list[str], kind: str = "text", batch_size: int | None = None) -> list[list[float]]:
-        # with batch_size the engine encodes in stock's batch shape (sorted by length, batch_size
-        # at a time): one padded batch of every chunk would waste compute on padding
-        return await proxy.aembed(list(texts), kind=kind, batch_size=batch_size)
-
-    return send
+    return None if kind is None else _embed_sender(ctx.engine(kind))
 
 
-def direct_embed_send(binding: EmbedBinding) -> Callable[..., Awaitable[list[list[float]]]] | None:
+def direct_embed_send(binding: EmbedBinding) -> EmbedSend | None:
     """An embed ``send`` straight to the shared engine (no scheduler): for work outside any graph."""
     if not binding.recognized:
         return None
-    engine = get_embedding_engine(torch_threads=embed_threads(False), **binding.engine_options())
+    return _embed_sender(get_embedding_engine(torch_threads=embed_threads(False), **binding.engine_options()))
 
+
+def _embed_sender(engine: Any) -> EmbedSend:
     async def send(texts: list[str], kind: str = "text", batch_size: int | None = None) -> list[list[float]]:
+        # with batch_size the engine encodes in stock's batch shape (sorted by length, batch_size
+        # at a time): one padded batch of every chunk would waste compute on padding
         return await engine.aembed(list(texts), kind=kind, batch_size=batch_size)
 
     return send

@@ -17,6 +17,7 @@ from typing import Any
 
 from llama_index.core.schema import MetadataMode
 
+from ayo_core.runtime.recording import replay
 from ayo_core.templates.speculation import Speculation, SpeculationHooks
 from ayo_llamaindex import events
 from ayo_shims import llamaindex as shim
@@ -57,7 +58,7 @@ def rerank_hooks(synthesize_text: Callable[..., Awaitable[str]]) -> SpeculationH
 
     async def keep(value: tuple[str, list]) -> str:
         text, records = value
-        await events.replay(records)  # the used speculation's LLM events, as if run now
+        await replay(records)  # the used speculation's LLM events, as if run now
         return text
 
     return SpeculationHooks(guess=lambda state, finished: partial_selection(state[0], state[1], finished),

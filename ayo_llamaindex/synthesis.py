@@ -27,8 +27,8 @@ from llama_index.core.response_synthesizers import (
 )
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
 
+from ayo_core.introspect import overrides_reason
 from ayo_llamaindex import events
-from ayo_llamaindex._util import overridden
 from ayo_shims import llamaindex as shim
 
 PredictFn = Callable[..., Awaitable[str]]
@@ -49,9 +49,8 @@ def synthesis_mode(synth: Any) -> tuple[str | None, str]:
     # most specific first: CompactAndRefine is a Refine
     for cls in (CompactAndRefine, Refine, TreeSummarize, SimpleSummarize):
         if isinstance(synth, cls):
-            over = overridden(synth, cls, _MIRRORED[cls])
-            if over:
-                return None, f"{type(synth).__name__} overrides {', '.join(over)}"
+            if over := overrides_reason(synth, cls, _MIRRORED[cls]):
+                return None, over
             break
     else:
         return None, f"{type(synth).__name__} (a response mode Ayo does not lower)"
@@ -81,7 +80,7 @@ def source_texts(nodes: Sequence[Any]) -> list[str]:
 async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str], predict: PredictFn) -> Any:
     """``synth.get_response(query_str, chunks)`` for a mirrored ``mode``."""
     if mode == "compact":
-        chunks = compact_text_chunks(synth, query_str, chunks)
+        chunks = shim.make_compact_text_chunks(synth, query_str, chunks)  # called, not copied
     if mode in ("compact", "refine"):
         with events.get_response(query_str, chunks):  # Refine.get_response's events (compact: packed chunks)
             return await refine_loop(synth, query_str, chunks, predict)
@@ -90,11 +89,6 @@ async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str]
     if mode == "simple_summarize":
         return await simple_summarize(synth, query_str, chunks, predict)
     raise ValueError(f"unknown synthesis mode {mode!r}: use compact, refine, tree_summarize or simple_summarize")
-
-
-def compact_text_chunks(synth: CompactAndRefine, query_str: str, chunks: Sequence[str]) -> list[str]:
-    """``CompactAndRefine._make_compact_text_chunks`` (called, not copied)."""
-    return shim.make_compact_text_chunks(synth, query_str, chunks)
 
 
 def initial_refine_chunks(synth: Refine, chunks: Sequence[str]) -> deque:
@@ -169,8 +163,3 @@ def empty_response(synth: BaseSynthesizer) -> Any:
     from llama_index.core.base.response.schema import Response
 
     return Response(shim.synth_empty_response(synth))
-
-
-def prepare_response(synth: BaseSynthesizer, response_str: Any, nodes: list[Any]) -> Any:
-    """``BaseSynthesizer._prepare_response_output`` (called, not copied)."""
-    return shim.prepare_response_output(synth, response_str, list(nodes))

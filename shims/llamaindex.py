@@ -502,7 +502,7 @@ def embedding_parallel_process(embed_model: Any) -> bool:
 
 # -- methods whose stock behaviour Ayo mirrors ----------------------------------------------
 # ``ayo_llamaindex`` reproduces what these methods do (or calls them at its own time); a user
-# subclass overriding one stays opaque (``_util.overridden`` compares them by identity). A
+# subclass overriding one stays opaque (``ayo_core.introspect.overridden`` compares them by identity). A
 # release that renames one would make the mirror stale without anyone noticing: declared here.
 
 def mirrored(module: str, qualname: str, methods: tuple[str, ...], *, framework: str = CORE,

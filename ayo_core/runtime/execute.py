@@ -13,9 +13,11 @@ from ayo_core.runtime.errors import AyoError, NodeFailed
 
 
 def is_async_callable(fn: Any) -> bool:
+    """An ``async def`` function, method or partial of one, or an object with an ``async def __call__``."""
     if inspect.iscoroutinefunction(fn):
         return True
-    call = type(fn).__dict__.get("__call__")  # objects with an async __call__
+    # an instance: its class's __call__ (looked up in the class dicts, as Python calls it)
+    call = next((vars(k)["__call__"] for k in type(fn).__mro__ if "__call__" in vars(k)), None)
     return call is not None and inspect.iscoroutinefunction(call)
 
 

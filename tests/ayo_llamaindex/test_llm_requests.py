@@ -154,7 +154,8 @@ async def test_opaque_llm_is_called_as_the_users_object() -> None:
 @pytest.mark.parametrize("chat", [True, False])
 @pytest.mark.parametrize("system_prompt", [None, "Be brief."])
 def test_prefill_prefix_is_a_prefix_of_the_final_request(chat, system_prompt) -> None:
-    from ayo_llamaindex.prefill import SENTINEL, prefix_of
+    from ayo_core.engines.openai_request import SENTINEL
+    from ayo_llamaindex.prefill import prefix_of
 
     binding = LLMBinding(OpenAILike(**_kwargs(is_chat_model=chat, system_prompt=system_prompt)))
     for template, late, final_args in [
@@ -179,7 +180,9 @@ def test_prefill_prefix_is_a_prefix_of_the_final_request(chat, system_prompt) ->
 
 async def test_real_api_keys_are_sent_like_the_openai_sdk() -> None:
     from ayo_core.engines import get_llm_engine
-    from ayo_llamaindex.runtime import llm_engine_for
+
+    def llm_engine_for(base_url: str, model: str, api_key: str, timeout: float) -> object:
+        return get_llm_engine(base_url, model=model, api_key=api_key, timeout=timeout)  # what the adapter calls
 
     plain = llm_engine_for("http://127.0.0.1:1/v1", "m", "none", 5.0)
     assert plain is get_llm_engine("http://127.0.0.1:1/v1", model="m")

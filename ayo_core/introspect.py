@@ -1,4 +1,9 @@
-"""Small helpers shared by the adapter's modules."""
+"""Plain-Python introspection the adapters share: is a method overridden, run an installer once.
+
+Adapters decide whether Ayo may mirror a user object by checking that none of the methods
+whose stock behaviour Ayo reproduces is overridden by the object's class; that check (and
+the reason ``explain()`` shows) is the same for every framework.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +31,13 @@ def overridden(obj: Any, base: type, names: tuple[str, ...] | list[str]) -> list
     return [n for n in names if raw_attr(cls, n) is not raw_attr(base, n)]
 
 
+def overrides_reason(obj: Any, base: type, names: tuple[str, ...] | list[str]) -> str | None:
+    """``"<class> overrides a, b"`` when ``obj`` overrides any of ``names`` of ``base`` (why it stays
+    opaque, for ``explain()``); None when it overrides none."""
+    over = overridden(obj, base, names)
+    return f"{(obj if isinstance(obj, type) else type(obj)).__name__} overrides {', '.join(over)}" if over else None
+
+
 def once(install: Callable[[], None]) -> Callable[[], None]:
     """``install`` run at most once per process, even when threads race to it (process-wide
     wrapt hooks must not wrap a method twice)."""
@@ -39,26 +51,3 @@ def once(install: Callable[[], None]) -> Callable[[], None]:
                 done[0] = True
 
     return run_once
-
-
-def spanned_elsewhere(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark a method so LlamaIndex's ``DispatcherSpanMixin`` does not wrap it in a span of its own.
-
-    The mixin opens a span around every override of a spanned base method; a stand-in method
-    that only delegates to a spanned one (the stock engine's, or ``super()``'s) would then
-    open two, and a failing query would emit one ``SpanDropEvent`` more than stock.
-    """
-    from ayo_shims import llamaindex as shim
-
-    return shim.mark_spanned_elsewhere(method)
-
-
-def without_span(bound: Any) -> Any:
-    """``bound`` (a method of a user object) minus the dispatcher span the mixin put around it.
-
-    For a stock method whose span Ayo's own method of the same name already opened (the
-    query engine's ``_query``): calling the wrapped one would open that span twice.
-    """
-    from ayo_shims import llamaindex as shim
-
-    return shim.without_span(bound)
