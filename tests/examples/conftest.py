@@ -1,4 +1,5 @@
-"""The examples and benchmarks are folders of the checkout, not installed packages."""
+"""``benchmarks/`` (the README table script) is a folder of the checkout, not an installed package;
+the apps and the runner are the installed ``ayo_examples`` and ``ayo_bench``."""
 
 from __future__ import annotations
 

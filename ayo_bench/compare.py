@@ -1,8 +1,8 @@
 """``ayo compare APP``: the stock app and the Ayo-optimized app, on the same engines, side by side.
 
-    python -m benchmarks.compare advanced_rag -n 10
-    python -m benchmarks.compare search_augmented --mode load --rate 0.5 -n 16
-    python -m benchmarks.compare all
+    ayo compare advanced_rag -n 10            # or python -m ayo_bench.compare (python -m benchmarks.compare in a checkout)
+    ayo compare search_augmented --mode load --rate 0.5 -n 16
+    ayo compare all
 
 How numbers are made (DESIGN.md, "Benchmarks"): the engines start once (the vLLM
 server at ``$AYO_LLM_URL``, else one started by ``ayo_core.serve_llm``; the loopback
@@ -16,9 +16,11 @@ Latency mode prints median of each, the median per-pair ratio (stock / Ayo), p95
 whether every answer was identical, Ayo's own overhead and the critical-path bound
 (efficiency = bound / Ayo latency) from the optimized object's ``last_trace``.
 Load mode (``--mode load --rate R``) sends an open-loop Poisson stream of R queries/s
-to each app and prints throughput and p50/p95 latency. Each run writes
-``benchmarks/results/APP.json`` (``APP-load.json``), a PNG plot and, for latency,
-a Perfetto trace of one optimized query (``APP.trace.json``).
+to each app and prints throughput and p50/p95 latency. Each run writes ``APP.json``
+(``APP-load.json``), a PNG plot and, for latency, a Perfetto trace of one optimized query
+(``APP.trace.json``) into the results folder: ``benchmarks/results/`` of the checkout this
+package runs from (an editable install), else ``$AYO_HOME/results``; ``--out`` overrides.
+The apps are the installed ``ayo_examples`` package (the repository's ``examples/`` folder).
 """
 
 from __future__ import annotations
@@ -43,15 +45,22 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # run as a script or through `ayo compare`
-    sys.path.insert(0, str(REPO))
+from ayo_core.models import ayo_home
+from ayo_examples.common import APPS, EnginesConfig, load_questions
 
-from benchmarks import timeline  # noqa: E402
-from examples.common import APPS, EnginesConfig, load_questions  # noqa: E402
+from . import timeline
 
 log = logging.getLogger("ayo.compare")
-RESULTS_DIR = REPO / "benchmarks" / "results"
+# The checkout this package was imported from, when it was (an editable install); None when installed.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+CHECKOUT: Path | None = _CHECKOUT if (_CHECKOUT / "benchmarks" / "results").is_dir() else None
+
+
+def default_results_dir() -> Path:
+    """``benchmarks/results`` of the checkout (where the README table is made from), else ``$AYO_HOME/results``."""
+    return CHECKOUT / "benchmarks" / "results" if CHECKOUT else ayo_home() / "results"
+
+
 for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("ANONYMIZED_TELEMETRY", "False"),
                       ("TOKENIZERS_PARALLELISM", "false")):
     os.environ.setdefault(_name, _value)
@@ -97,8 +106,9 @@ def first_difference(a: str, b: str) -> int:
 
 
 def _shown(path: Path) -> str:
-    """A path as the user should see it: relative to the repository when inside it."""
-    return str(path.relative_to(REPO)) if path.resolve().is_relative_to(REPO) else str(path)
+    """A path as the user should see it: relative to the checkout when inside it."""
+    inside = CHECKOUT is not None and path.resolve().is_relative_to(CHECKOUT)
+    return str(path.resolve().relative_to(CHECKOUT)) if inside else str(path)
 
 
 def machine() -> dict[str, Any]:
@@ -121,7 +131,7 @@ class AppPair:
 
     def __init__(self, name: str, cfg: EnginesConfig) -> None:
         self.name = name
-        self.module = importlib.import_module(f"examples.{name}")
+        self.module = importlib.import_module(f"ayo_examples.{name}")
         self.stock = self.module.build_stock(cfg)
         self.ayo: Any = None
         self.ayo_missing = ""
@@ -419,7 +429,7 @@ async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, m
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"  wrote {_shown(path)}")
     if not args.no_plot:
-        from benchmarks.plot import plot_result
+        from .plot import plot_result
 
         print(f"  wrote {_shown(plot_result(path))}")
     return result
@@ -436,7 +446,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=64, help="LLM max_tokens of every app")
     parser.add_argument("--search-latency", type=float, default=None,
                         help="seconds per search request (default 0.3, or $AYO_SEARCH_LATENCY_S)")
-    parser.add_argument("--out", default=str(RESULTS_DIR), help="results folder")
+    parser.add_argument("--out", default=str(default_results_dir()), help="results folder (default: %(default)s)")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
     args.argv = argv
@@ -446,7 +456,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``ayo compare`` (and ``python -m benchmarks.compare``)."""
+    """Entry point of ``ayo compare`` (and ``python -m ayo_bench.compare``)."""
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -454,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("httpx", "httpcore", "openai", "chromadb", "sentence_transformers", "llama_index", "langchain", "langchain_classic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from ayo_core import serve_llm
-    from ayo_core.search_service import SearchService
+    from ayo_examples.search_service import SearchService
 
     llm_given = bool(os.environ.get("AYO_LLM_URL"))
     # A server we start exposes POST /reset_prefix_cache, so every run starts from an

@@ -1,6 +1,7 @@
-"""Plots of ``benchmarks/results/*.json``: latency bars and one query's timeline, stock above Ayo.
+"""Plots of ``ayo compare`` results: latency bars and one query's timeline, stock above Ayo.
 
-    python -m benchmarks.plot benchmarks/results/advanced_rag.json   # writes advanced_rag.png
+    python -m ayo_bench.plot benchmarks/results/advanced_rag.json   # writes advanced_rag.png
+    python -m benchmarks.plot benchmarks/results/advanced_rag.json  # the same, from a checkout
 """
 
 from __future__ import annotations
