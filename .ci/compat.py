@@ -90,15 +90,39 @@ def available_versions(name: str) -> list[Version]:
     return sorted(Version(v.strip()) for v in match.group(1).split(","))
 
 
-def supported_ends() -> dict[str, dict[str, str]]:
-    """{"oldest": {core: version}, "newest": {...}}: the ends of each core's supported range."""
+def installable(name: str, version: str) -> str:
+    """'' when pip can resolve ``name==version`` with its dependencies from the index, else pip's error."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as constraints:
+        constraints.write(TORCH_PIN + "\n")
+        constraints.flush()
+        out = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "-q", "--disable-pip-version-check",
+                              "-c", constraints.name, f"{name}=={version}"], capture_output=True, text=True, timeout=900)
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("ERROR")]
+    return "" if out.returncode == 0 else (errors[0] if errors else out.stderr.strip()[-300:])
+
+
+def supported_ends(skipped: dict[str, str], tries: int = 4) -> dict[str, dict[str, str]]:
+    """{"oldest": {core: version}, "newest": {...}}: the ends of each core's supported range.
+
+    A release the index lists but pip cannot install (a mirror that lags: the release is there,
+    a dependency it needs is not) is skipped for the next one inward, and noted in ``skipped``.
+    """
     specs = {r.name: r.specifier for r in framework_requirements() if r.name in CORES}
     ends: dict[str, dict[str, str]] = {"oldest": {}, "newest": {}}
     for name in CORES:
-        versions = [v for v in available_versions(name) if not v.is_prerelease and v in specs[name]]
+        versions = [str(v) for v in available_versions(name) if not v.is_prerelease and v in specs[name]]
         if not versions:
             raise RuntimeError(f"no released {name} matches pyproject's {specs[name]}")
-        ends["oldest"][name], ends["newest"][name] = str(versions[0]), str(versions[-1])
+        for end, ordered in (("oldest", versions), ("newest", versions[::-1])):
+            for version in ordered[:tries]:
+                error = installable(name, version)
+                if not error:
+                    ends[end][name] = version
+                    break
+                log.warning("%s %s is listed but not installable here, trying the next: %s", name, version, error)
+                skipped[f"{name}=={version}"] = error
+            else:
+                raise RuntimeError(f"none of {ordered[:tries]} of {name} installs here (see the warnings above)")
     return ends
 
 
@@ -214,6 +238,9 @@ def print_summary(results: dict[str, Any]) -> None:
     for name, r in results.items():
         pins = ", ".join(f"{k} {v}" for k, v in r["pins"].items())
         print(f"\n== {name}: {pins} ==")
+        if "install_error" in r:
+            print(f"  could not install: {r['install_error']}")
+            continue
         print(f"  installed: {', '.join(f'{k} {v}' for k, v in r['installed'].items())}")
         print(f"  pip check: {'ok' if not r['pip_check'] or 'No broken' in r['pip_check'][0] else r['pip_check']}")
         tp = r["touchpoints"]
@@ -235,21 +262,38 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     pinned = {p[0]: dict(s.split("==", 1) for s in p[1:]) for p in args.pin}
-    ends = pinned if set(pinned) >= set(args.only or ["oldest", "newest"]) else {**supported_ends(), **pinned}
+    names = args.only or ["oldest", "newest"]
+    skipped: dict[str, str] = {}
+    ends = pinned if set(pinned) >= set(names) else {**supported_ends(skipped), **pinned}
     cache_dir().mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {}
-    for name in args.only or ["oldest", "newest"]:
-        pins = ends[name]
-        venv = cache_dir() / ("venv-" + "-".join(f"{k}{v}" for k, v in sorted(pins.items())))
-        stamp = prepare_env(venv, pins)
-        results[name] = {"pins": pins, "venv": str(venv), "installed": stamp["installed"], **run_checks(venv, name)}
     out = cache_dir() / "compat-results.json"
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print_summary(results)
+    # Runs of one end (--only) update their entry and keep the other's.
+    results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    results.pop("skipped_releases", None)
+    for name in names:
+        results[name] = run_end(name, ends[name])
+        out.write_text(json.dumps({**results, "skipped_releases": skipped}, indent=1) + "\n")
+    print_summary({k: v for k, v in results.items() if k in names})
+    for release, error in skipped.items():
+        print(f"\nskipped {release}: {error}")
     print(f"\nwrote {out}")
-    ok = all(r["pytest_rc"] == 0 and not r["touchpoints"].get("failed") and "error" not in r["touchpoints"]
-             for r in results.values())
-    return 0 if ok else 1
+    return 0 if all(_passed(results[name]) for name in names) else 1
+
+
+def run_end(name: str, pins: dict[str, str]) -> dict[str, Any]:
+    """Build (or reuse) the venv for ``pins`` and run the checks; an install failure is a result, not a crash."""
+    venv = cache_dir() / ("venv-" + "-".join(f"{k}{v}" for k, v in sorted(pins.items())))
+    try:
+        stamp = prepare_env(venv, pins)
+    except subprocess.CalledProcessError as exc:
+        log.error("%s: installing %s failed: %s", name, pins, exc)
+        return {"pins": pins, "venv": str(venv), "install_error": str(exc)}
+    return {"pins": pins, "venv": str(venv), "installed": stamp["installed"], **run_checks(venv, name)}
+
+
+def _passed(result: dict[str, Any]) -> bool:
+    tp = result.get("touchpoints", {})
+    return result.get("pytest_rc") == 0 and not tp.get("failed") and "error" not in tp
 
 
 if __name__ == "__main__":
