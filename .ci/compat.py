@@ -214,7 +214,8 @@ def run_checks(venv: Path, name: str) -> dict[str, Any]:
         text = log_path.read_text()
     return {"pip_check": pip_check.stdout.strip().splitlines(), "touchpoints": _json_or_error(verify),
             "pytest_rc": tests.returncode, "pytest_counts": pytest_counts(text),
-            "failures": [ln for ln in text.splitlines() if ln.startswith(("FAILED ", "ERROR "))],
+            "failures": re.findall(r"^(?:FAILED|ERROR) (tests/\S+)", text, flags=re.M),
+            "failure_causes": failure_causes(text),
             "pytest_log": str(log_path), "pytest_s": round(time.monotonic() - start, 1)}
 
 
@@ -223,6 +224,17 @@ def _json_or_error(proc: subprocess.CompletedProcess[str]) -> Any:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
         return {"error": (proc.stderr or proc.stdout).strip()[-2000:]}
+
+
+def failure_causes(text: str) -> dict[str, list[str]]:
+    """Failing tests grouped by their first error line (``E   AttributeError: ...``), most frequent first."""
+    sections = re.split(r"\n_{5,} (.+?) _{5,}\n", text)
+    causes: dict[str, list[str]] = {}
+    for test, body in zip(sections[1::2], sections[2::2], strict=False):
+        errors = [ln[1:].strip() for ln in body.splitlines() if ln.startswith("E ")]
+        cause = next((e for e in errors if re.search(r"Error|Exception|Timeout|assert", e)), errors[0] if errors else "?")
+        causes.setdefault(re.sub(r"0x[0-9a-f]+", "0x..", cause)[:200], []).append(test)
+    return dict(sorted(causes.items(), key=lambda kv: -len(kv[1])))
 
 
 def pytest_counts(text: str) -> dict[str, int]:
@@ -246,8 +258,8 @@ def print_summary(results: dict[str, Any]) -> None:
         tp = r["touchpoints"]
         print(f"  touchpoints: {tp.get('touchpoints')} declared, failed: {tp.get('failed') or tp.get('error') or 'none'}")
         print(f"  pytest (rc {r['pytest_rc']}, {r['pytest_s']} s): {r['pytest_counts']}  log: {r['pytest_log']}")
-        for line in r["failures"][:40]:
-            print(f"    {line}")
+        for cause, tests in r.get("failure_causes", {}).items():
+            print(f"    {len(tests):3d} x {cause}  (e.g. {tests[0]})")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -287,6 +299,7 @@ def run_end(name: str, pins: dict[str, str]) -> dict[str, Any]:
         stamp = prepare_env(venv, pins)
     except subprocess.CalledProcessError as exc:
         log.error("%s: installing %s failed: %s", name, pins, exc)
+        shutil.rmtree(venv, ignore_errors=True)  # half-installed: never reused
         return {"pins": pins, "venv": str(venv), "install_error": str(exc)}
     return {"pins": pins, "venv": str(venv), "installed": stamp["installed"], **run_checks(venv, name)}
 
