@@ -208,7 +208,8 @@ def run_checks(venv: Path, name: str) -> dict[str, Any]:
         log_path = cache_dir() / f"{name}-pytest.log"
         start = time.monotonic()
         with log_path.open("w") as f:
-            tests = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "-m", "not llm and not slow",
+            tests = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--continue-on-collection-errors",
+                                    "-m", "not llm and not slow",
                                     *TEST_PATHS], stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO,
                                    timeout=TEST_TIMEOUT_S)
         text = log_path.read_text()
@@ -228,7 +229,7 @@ def _json_or_error(proc: subprocess.CompletedProcess[str]) -> Any:
 
 def failure_causes(text: str) -> dict[str, list[str]]:
     """Failing tests grouped by their first error line (``E   AttributeError: ...``), most frequent first."""
-    sections = re.split(r"\n_{5,} (.+?) _{5,}\n", text)
+    sections = re.split(r"\n_{3,} (.+?) _{3,}\n", text)
     causes: dict[str, list[str]] = {}
     for test, body in zip(sections[1::2], sections[2::2], strict=False):
         errors = [ln[1:].strip() for ln in body.splitlines() if ln.startswith("E ")]
