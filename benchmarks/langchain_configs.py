@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/langchain_configs.py --chains multiquery --pairs 4 --batch 0
 
 Two chains, written as plain LangChain (LCEL) code over the stdlib-docstring corpus
-(``ayo_core.corpus``) in a Chroma ``PersistentClient`` with ``HuggingFaceEmbeddings``:
+(``ayo_examples.corpus``) in a Chroma ``PersistentClient`` with ``HuggingFaceEmbeddings``:
 
 * ``rag``: ``{"context": retriever | format_docs, "question": RunnablePassthrough()} |
   prompt | llm | StrOutputParser()``
@@ -93,7 +93,7 @@ def open_index(n_docs: int) -> Any:
     from langchain_huggingface import HuggingFaceEmbeddings
 
     from ayo_core import models
-    from ayo_core.corpus import load_corpus
+    from ayo_examples.corpus import load_corpus
 
     emb = HuggingFaceEmbeddings(model_name=str(models.embedding_model_path()))
     client = chromadb.PersistentClient(path=str(models.ayo_home() / "chroma" / "langchain_configs"))
@@ -111,7 +111,7 @@ def open_index(n_docs: int) -> Any:
 
 def questions(n: int, n_docs: int) -> list[str]:
     """Distinct questions about indexed documents: the example apps' questions, then generated ones."""
-    from ayo_core.corpus import load_corpus
+    from ayo_examples.corpus import load_corpus
 
     out: list[str] = []
     for app in ("naive_rag", "advanced_rag"):

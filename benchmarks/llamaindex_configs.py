@@ -81,7 +81,7 @@ def advanced_engine(index: Any, llm: Any, mode: str) -> Any:
                                      similarity_top_k=4, mode="reciprocal_rerank", use_async=True)
     # a lenient answer parser (as examples/advanced_rag.py has): a 135M model rarely follows
     # LLMRerank's answer format, and the default parser would then drop every node
-    from examples.advanced_rag import parse_choices
+    from ayo_examples.advanced_rag import parse_choices
 
     rerank = LLMRerank(llm=llm, top_n=3, choice_batch_size=2, parse_choice_select_answer_fn=parse_choices)
     return RetrieverQueryEngine.from_args(retriever, llm=llm, response_mode=mode, use_async=True,
@@ -273,7 +273,7 @@ def load_items(n: int, docs_per_question: int) -> list[dict[str, Any]]:
     corpus order) up to ``docs_per_question``: the files a user would hand a doc-QA app."""
     from llama_index.core import Document
 
-    from ayo_core.corpus import get_documents, load_corpus
+    from ayo_examples.corpus import get_documents, load_corpus
 
     corpus = load_corpus()
     data = json.loads((REPO / "examples" / "data" / "advanced_rag.json").read_text())["questions"][:n]

@@ -4,7 +4,7 @@ The classic ReAct loop (``create_react_agent`` + ``AgentExecutor``): the model
 thinks, picks a tool, reads the observation, and goes again until it gives a final
 answer, so how many model and tool calls a question takes is only known while it
 runs. The search tool calls the loopback search service
-(``ayo_core.search_service``). Stock LangChain code; the optimized app is the same
+(``ayo_examples.search_service``). Stock LangChain code; the optimized app is the same
 executor after one line: ``ayo_langchain.optimize(agent_executor)``.
 
     python -m examples.agent            # stock, first question
@@ -24,7 +24,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import Tool
 from langchain_openai import OpenAI
 
-from examples.common import EnginesConfig, answer_text
+from .common import EnginesConfig, answer_text
 
 FRAMEWORK = "langchain"
 
@@ -108,7 +108,7 @@ def build_stock(cfg: EnginesConfig) -> Runnable:
     llm = OpenAI(model=cfg.model, base_url=cfg.llm_url, api_key="unused", temperature=0.0,
                  max_tokens=cfg.max_tokens)
     if not cfg.search_url:
-        raise ValueError("agent needs EnginesConfig.search_url: start ayo_core.search_service.SearchService")
+        raise ValueError("agent needs EnginesConfig.search_url: start ayo_examples.search_service.SearchService")
     tools = [
         make_search_tool(cfg.search_url),
         Tool(name="calculator", func=calculate, description="Do arithmetic. Input: an expression like 12 * 7."),
@@ -134,6 +134,6 @@ async def arun(app: Any, item: dict[str, Any]) -> str:
 if __name__ == "__main__":
     import sys
 
-    from examples.common import main_for
+    from .common import main_for
 
     main_for(sys.modules[__name__])

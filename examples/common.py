@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ayo_core.corpus import get_documents
 from ayo_core.models import LLM_NAME, ayo_home, embedding_model_path
+
+from .corpus import get_documents
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 APPS = ("naive_rag", "advanced_rag", "search_augmented", "contextual_retrieval", "agent")
@@ -42,7 +43,7 @@ class EnginesConfig:
     max_tokens: int = 64  # modest: every run on a 2-core CPU pays for each token
     embed_model_path: str = field(default_factory=lambda: str(embedding_model_path()))
     chroma_dir: str = field(default_factory=lambda: str(ayo_home() / "chroma" / "examples"))
-    search_url: str = ""  # the loopback search service (ayo_core.search_service)
+    search_url: str = ""  # the loopback search service (ayo_examples.search_service)
 
 
 def load_questions(app: str, n: int | None = None) -> list[dict[str, Any]]:
@@ -84,7 +85,7 @@ def main_for(module: Any, argv: list[str] | None = None) -> None:
     import argparse
     import time
 
-    from ayo_core.search_service import SearchService
+    from .search_service import SearchService
 
     app_name = module.__spec__.name.rsplit(".", 1)[-1]
     parser = argparse.ArgumentParser(prog=f"python -m examples.{app_name}")

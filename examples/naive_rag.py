@@ -22,7 +22,7 @@ from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 from llama_index.llms.openai_like import OpenAILike
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
-from examples.common import EnginesConfig, answer_text, call_async
+from .common import EnginesConfig, answer_text, call_async
 
 FRAMEWORK = "llamaindex"
 
@@ -77,6 +77,6 @@ async def arun(app: Any, item: dict[str, Any]) -> str:
 if __name__ == "__main__":
     import sys
 
-    from examples.common import main_for
+    from .common import main_for
 
     main_for(sys.modules[__name__])

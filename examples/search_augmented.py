@@ -2,7 +2,7 @@
 
 ``MultiQueryRetriever`` has the model write search queries (one per line) and runs
 each against a web-search API — here the loopback search service
-(``ayo_core.search_service``: HTTP JSON over BM25, with a search API's latency),
+(``ayo_examples.search_service``: HTTP JSON over BM25, with a search API's latency),
 called by a small custom retriever. The answer prompt gets the results. Stock
 LangChain (LCEL) code; the optimized app is the same chain after one line:
 ``ayo_langchain.optimize(chain)``.
@@ -25,7 +25,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnablePassthrough
 from langchain_openai import ChatOpenAI
 
-from examples.common import EnginesConfig, answer_text
+from .common import EnginesConfig, answer_text
 
 FRAMEWORK = "langchain"
 
@@ -71,7 +71,7 @@ def build_stock(cfg: EnginesConfig) -> Runnable:
     llm = ChatOpenAI(model=cfg.model, base_url=cfg.llm_url, api_key="unused", temperature=0.0,
                      max_tokens=cfg.max_tokens)
     if not cfg.search_url:
-        raise ValueError("search_augmented needs EnginesConfig.search_url: start ayo_core.search_service.SearchService")
+        raise ValueError("search_augmented needs EnginesConfig.search_url: start ayo_examples.search_service.SearchService")
     retriever = MultiQueryRetriever.from_llm(
         retriever=WebSearchRetriever(url=cfg.search_url), llm=llm, prompt=QUERY_PROMPT
     )
@@ -100,6 +100,6 @@ async def arun(app: Any, item: dict[str, Any]) -> str:
 if __name__ == "__main__":
     import sys
 
-    from examples.common import main_for
+    from .common import main_for
 
     main_for(sys.modules[__name__])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ayo_core.search_service import SearchService
-from examples.common import APPS, EnginesConfig, load_questions
+from ayo_examples.common import APPS, EnginesConfig, load_questions
+from ayo_examples.search_service import SearchService
 
 pytestmark = pytest.mark.llm
 
@@ -28,7 +28,7 @@ def cfg(llm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engi
 
 @pytest.mark.parametrize("app", APPS)
 def test_stock_app_answers_one_question(app: str, cfg: EnginesConfig) -> None:
-    module = importlib.import_module(f"examples.{app}")
+    module = importlib.import_module(f"ayo_examples.{app}")
     item = load_questions(app, 1)[0]
     answer = module.run(module.build_stock(cfg), item)
     assert isinstance(answer, str) and answer.strip()
@@ -36,7 +36,7 @@ def test_stock_app_answers_one_question(app: str, cfg: EnginesConfig) -> None:
 
 @pytest.mark.parametrize("app", APPS)
 def test_optimized_app_gives_the_stock_answer(app: str, cfg: EnginesConfig) -> None:
-    module = importlib.import_module(f"examples.{app}")
+    module = importlib.import_module(f"ayo_examples.{app}")
     stock = module.build_stock(cfg)
     try:
         optimized = module.build_optimized(cfg)

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from benchmarks import compare, readme_table
-from benchmarks.plot import plot_result
-from benchmarks.timeline import Recorder, spans_from_trace
+from ayo_bench import compare
+from ayo_bench.plot import plot_result
+from ayo_bench.timeline import Recorder, spans_from_trace
+from benchmarks import readme_table
 
 
 class FakeTrace:

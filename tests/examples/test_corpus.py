@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ayo_core import corpus
+from ayo_examples import corpus
 
 
 def test_documents_are_deterministic_and_well_formed() -> None:

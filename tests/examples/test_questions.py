@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ayo_core.corpus import build_documents
-from examples.data import make_questions
+from ayo_examples.corpus import build_documents
+from ayo_examples.data import make_questions
 
 
 @pytest.fixture(scope="module")

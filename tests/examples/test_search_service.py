@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from ayo_core.search_service import DEFAULT_LATENCY_S, SearchService, declared_latency, fts_query
+from ayo_examples.search_service import DEFAULT_LATENCY_S, SearchService, declared_latency, fts_query
 
 
 @pytest.fixture(scope="module")

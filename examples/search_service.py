@@ -18,9 +18,10 @@ Use it as a context manager, in a thread (default) or a subprocess::
     with SearchService(latency_s=0.3) as svc:
         httpx.get(f"{svc.url}/search", params={"q": "json dumps", "k": 3}).json()
 
-or from a shell: ``python -m ayo_core.search_service --port 8765``.
+or from a shell: ``python -m ayo_examples.search_service --port 8765``.
 
-This module must stay free of LlamaIndex and LangChain (``ayo_core`` never imports them).
+It stands for a remote service, so it imports no framework (LlamaIndex, LangChain) and
+no adapter: the apps reach it over HTTP only.
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
-from ayo_core.corpus import corpus_dir, load_corpus
+from .corpus import corpus_dir, load_corpus
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LATENCY_S = 0.3
 MAX_K = 50
+# The installed name, not ``__name__``: a subprocess must import this module the same way
+# from any working directory (``examples.search_service`` resolves only inside a checkout).
+_SERVICE_MODULE = "ayo_examples.search_service"
 _TITLE_WEIGHT = 4.0  # a hit in the title ("json.dumps") says more than one in the body
 
 
@@ -166,7 +170,7 @@ class SearchService:
     """Start the search API on loopback for the length of a ``with`` block.
 
     ``mode="thread"`` serves from a thread of this process; ``mode="process"`` runs
-    ``python -m ayo_core.search_service`` as a subprocess (a separate service, as in
+    ``python -m ayo_examples.search_service`` as a subprocess (a separate service, as in
     production). ``url`` is ``http://127.0.0.1:PORT``.
     """
 
@@ -196,7 +200,7 @@ class SearchService:
         return self
 
     def _start_process(self) -> None:
-        cmd = [sys.executable, "-m", "ayo_core.search_service", "--host", self.host,
+        cmd = [sys.executable, "-m", _SERVICE_MODULE, "--host", self.host,
                "--port", str(self.port), "--latency", str(self.latency_s)]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None

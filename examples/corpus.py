@@ -1,4 +1,4 @@
-"""The benchmark corpus: Python standard-library docstrings, prepared deterministically.
+"""The examples' corpus: Python standard-library docstrings, prepared deterministically.
 
 Why this text: it is real prose nobody on this project wrote, and every machine that
 runs Ayo has it offline (it ships with the interpreter). Modules are read as *source*

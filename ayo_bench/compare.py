@@ -1,0 +1,489 @@
+"""``ayo compare APP``: the stock app and the Ayo-optimized app, on the same engines, side by side.
+
+    ayo compare advanced_rag -n 10            # or python -m ayo_bench.compare (python -m benchmarks.compare in a checkout)
+    ayo compare search_augmented --mode load --rate 0.5 -n 16
+    ayo compare all
+
+How numbers are made (DESIGN.md, "Benchmarks"): the engines start once (the vLLM
+server at ``$AYO_LLM_URL``, else one started by ``ayo_core.serve_llm``; the loopback
+search service as a subprocess), both apps warm up, then runs alternate on each
+question. The order flips every pair (stock-Ayo, Ayo-stock, ...) because both apps
+send the *same* prompts to one server and whoever runs second finds them in the
+prefix cache; flipping spreads that advantage evenly. Stock runs at its best
+settings (async paths: ``ainvoke``; LlamaIndex ``use_async=True``).
+
+Latency mode prints median of each, the median per-pair ratio (stock / Ayo), p95,
+whether every answer was identical, Ayo's own overhead and the critical-path bound
+(efficiency = bound / Ayo latency) from the optimized object's ``last_trace``.
+Load mode (``--mode load --rate R``) sends an open-loop Poisson stream of R queries/s
+to each app and prints throughput and p50/p95 latency. Each run writes ``APP.json``
+(``APP-load.json``), a PNG plot and, for latency, a Perfetto trace of one optimized query
+(``APP.trace.json``) into the results folder: ``benchmarks/results/`` of the checkout this
+package runs from (an editable install), else ``$AYO_HOME/results``; ``--out`` overrides.
+The apps are the installed ``ayo_examples`` package (the repository's ``examples/`` folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import importlib
+import json
+import logging
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ayo_core.models import ayo_home
+from ayo_examples.common import APPS, EnginesConfig, load_questions
+
+from . import timeline
+
+log = logging.getLogger("ayo.compare")
+# The checkout this package was imported from, when it was (an editable install); None when installed.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+CHECKOUT: Path | None = _CHECKOUT if (_CHECKOUT / "benchmarks" / "results").is_dir() else None
+
+
+def default_results_dir() -> Path:
+    """``benchmarks/results`` of the checkout (where the README table is made from), else ``$AYO_HOME/results``."""
+    return CHECKOUT / "benchmarks" / "results" if CHECKOUT else ayo_home() / "results"
+
+
+for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("ANONYMIZED_TELEMETRY", "False"),
+                      ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ.setdefault(_name, _value)
+
+
+# ---- statistics ------------------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100); NaN for no values."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def trace_figures(trace: Any) -> dict[str, float] | None:
+    """Latency, critical-path bound, efficiency and overhead from an Ayo trace (None if absent)."""
+    if trace is None:
+        return None
+    try:
+        latency = float(trace.latency)
+        bound = float(trace.critical_path_bound())
+        overhead = float(sum(trace.overhead.values()))
+    except Exception as exc:  # a half-built trace API must not sink the benchmark
+        log.warning("could not read Ayo's trace: %s", exc)
+        return None
+    return {"trace_latency_s": latency, "bound_s": bound, "overhead_s": overhead,
+            "efficiency": bound / latency if latency > 0 else float("nan")}
+
+
+def first_difference(a: str, b: str) -> int:
+    """Index of the first differing character (len of the shorter if one is a prefix)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def _shown(path: Path) -> str:
+    """A path as the user should see it: relative to the checkout when inside it."""
+    inside = CHECKOUT is not None and path.resolve().is_relative_to(CHECKOUT)
+    return str(path.resolve().relative_to(CHECKOUT)) if inside else str(path)
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "os": platform.platform()}
+
+
+# ---- one app ---------------------------------------------------------------------------
+class AppPair:
+    """The stock app and (when its adapter imports) the optimized one, built on one config."""
+
+    cache_reset_url: str | None = None  # set when the server lets us empty its prefix cache
+
+    def __init__(self, name: str, cfg: EnginesConfig) -> None:
+        self.name = name
+        self.module = importlib.import_module(f"ayo_examples.{name}")
+        self.stock = self.module.build_stock(cfg)
+        self.ayo: Any = None
+        self.ayo_missing = ""
+        try:
+            self.ayo = self.module.build_optimized(cfg)
+        except ImportError as exc:  # the adapters are built alongside; run stock alone until they land
+            self.ayo_missing = f"{exc}"
+            log.warning("%s: optimized app unavailable (%s); measuring stock only", name, exc)
+
+    async def cold_cache(self) -> None:
+        """Empty the server's prefix cache so neither side inherits the other's prompts."""
+        if self.cache_reset_url:
+            async with httpx.AsyncClient(timeout=30) as client:
+                (await client.post(self.cache_reset_url)).raise_for_status()
+
+    async def timed(self, which: str, item: dict[str, Any]) -> tuple[float, str, Any]:
+        app = self.stock if which == "stock" else self.ayo
+        before = getattr(app, "last_trace", None)
+        start = time.perf_counter()
+        answer = await self.module.arun(app, item)
+        elapsed = time.perf_counter() - start
+        trace = getattr(app, "last_trace", None) if which == "ayo" else None
+        return elapsed, answer, (trace if trace is not before else None)  # a stale trace is no trace
+
+
+async def warm_up(pair: AppPair, sides: list[str], items: list[dict[str, Any]]) -> None:
+    """Untimed runs: load weights, fill caches, open connections (a failure here is logged, not fatal)."""
+    for item in items:
+        for side in sides:
+            try:
+                await pair.timed(side, item)
+            except Exception as exc:
+                log.error("%s %s failed during warm-up: %r", pair.name, side, exc)
+
+
+async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """Warm up, then alternate stock and Ayo over the questions (order flips each pair)."""
+    from tqdm import tqdm
+
+    sides = ["stock"] + (["ayo"] if pair.ayo is not None else [])
+    await warm_up(pair, sides, questions[:warmup])
+    rows = []
+    bar = tqdm(questions, desc=f"{pair.name} latency", unit="q", file=sys.stderr)
+    for i, item in enumerate(bar):
+        order = sides if i % 2 == 0 else sides[::-1]
+        row: dict[str, Any] = {"id": item["id"], "question": item["question"], "first": order[0]}
+        for side in order:
+            try:
+                await pair.cold_cache()
+                elapsed, answer, trace = await pair.timed(side, item)
+            except Exception as exc:  # reported in the results, not hidden, and the run goes on
+                log.error("%s %s failed on %s: %r", pair.name, side, item["id"], exc)
+                row[f"{side}_error"] = repr(exc)
+                continue
+            row[f"{side}_s"], row[f"{side}_answer"] = elapsed, answer
+            if trace is not None:
+                row["ayo_trace"] = trace_figures(trace)
+        if "ayo_s" in row and "stock_s" in row:
+            row["ratio"] = row["stock_s"] / row["ayo_s"]
+            row["identical"] = row["stock_answer"] == row["ayo_answer"]
+            if not row["identical"]:
+                row["first_difference"] = first_difference(row["stock_answer"], row["ayo_answer"])
+            bar.set_postfix(ratio=f"{row['ratio']:.2f}", same=row["identical"])
+        rows.append(row)
+    return {"pairs": rows, "summary": summarize_latency(rows)}
+
+
+def balanced_ratio(rows: list[dict[str, Any]]) -> float:
+    firsts = [median([r["ratio"] for r in rows if r["first"] == side]) for side in ("stock", "ayo")]
+    present = [f for f in firsts if f == f]
+    return math.prod(present) ** (1 / len(present)) if present else float("nan")
+
+
+def whole_call_bound(row: dict[str, Any]) -> float:
+    """The critical-path bound of the whole call: the graph's bound plus the time the call spent
+    outside Ayo's graph (a doc-QA function's own stock code — splitting, metadata extraction — runs
+    as written, one step after another, so it is on the call's critical path at its measured time)."""
+    t = row["ayo_trace"]
+    return t["bound_s"] + max(0.0, row["ayo_s"] - t["trace_latency_s"])
+
+
+def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the pairs where both sides answered; failures are counted, never dropped silently."""
+    errors = {side: sum(f"{side}_error" in r for r in all_rows) for side in ("stock", "ayo")}
+    stock = [r["stock_s"] for r in all_rows if "stock_s" in r]
+    out: dict[str, Any] = {"n": len(all_rows), "stock_median_s": median(stock), "stock_p95_s": percentile(stock, 95),
+                           "stock_errors": errors["stock"], "ayo_errors": errors["ayo"]}
+    rows = [r for r in all_rows if "ratio" in r]
+    ayo = [r["ayo_s"] for r in rows]
+    if not ayo:
+        return out
+    ratios = [r["ratio"] for r in rows]
+    out.update({
+        "ayo_median_s": median(ayo), "ayo_p95_s": percentile(ayo, 95),
+        "median_ratio": median(ratios),
+        "median_ratio_stock_first": median([r["ratio"] for r in rows if r["first"] == "stock"]),
+        "median_ratio_ayo_first": median([r["ratio"] for r in rows if r["first"] == "ayo"]),
+        # Whoever runs second finds the pair's prompts cached; the geometric mean of the two
+        # orders' medians cancels that advantage (equal to median_ratio when there is none).
+        "balanced_ratio": balanced_ratio(rows),
+        "pairs_compared": len(rows), "identical_answers": sum(r["identical"] for r in rows),
+        "all_identical": all(r["identical"] for r in rows) and len(rows) == len(all_rows),
+    })
+    traces = [r["ayo_trace"] for r in rows if r.get("ayo_trace")]
+    if traces:
+        out.update({
+            "ayo_overhead_median_s": median([t["overhead_s"] for t in traces]),
+            "ayo_overhead_median_pct": 100 * median([t["overhead_s"] / r["ayo_s"]
+                                                     for r in rows if (t := r.get("ayo_trace"))]),
+            "critical_path_bound_median_s": median([whole_call_bound(r) for r in rows if r.get("ayo_trace")]),
+            "efficiency_median": median([whole_call_bound(r) / r["ayo_s"] for r in rows if r.get("ayo_trace")]),
+        })
+    return out
+
+
+async def record_timelines(pair: AppPair, item: dict[str, Any], trace_path: Path) -> dict[str, Any]:
+    """One query, stock then Ayo: stage spans for the plot, and Ayo's Perfetto trace."""
+    rec = timeline.Recorder()
+    await pair.cold_cache()
+    if pair.module.FRAMEWORK == "llamaindex":
+        with timeline.record_llamaindex(rec):
+            rec.reset()
+            stock_s = (await pair.timed("stock", item))[0]
+    else:
+        app = pair.stock.with_config(callbacks=[timeline.langchain_handler(rec)])
+        rec.reset()
+        start = time.perf_counter()
+        await pair.module.arun(app, item)
+        stock_s = time.perf_counter() - start
+    out: dict[str, Any] = {"question": item["id"], "stock_s": stock_s, "stock": rec.stage_spans()}
+    if pair.ayo is not None:
+        try:
+            await pair.cold_cache()
+            ayo_s, _, trace = await pair.timed("ayo", item)
+        except Exception as exc:
+            log.error("%s ayo failed while recording the timeline: %r", pair.name, exc)
+            return out
+        out.update({"ayo_s": ayo_s, "ayo": timeline.spans_from_trace(trace)})
+        if trace is not None and hasattr(trace, "save_chrome"):
+            trace.save_chrome(trace_path)
+            out["perfetto_trace"] = _shown(trace_path)
+    return out
+
+
+async def probe_cache_reset(llm_url: str) -> str | None:
+    """vLLM's ``POST /reset_prefix_cache`` (served with VLLM_SERVER_DEV_MODE=1), if this server has it."""
+    url = llm_url.rstrip("/").removesuffix("/v1") + "/reset_prefix_cache"
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            ok = (await client.post(url)).status_code == 200
+    except httpx.HTTPError:
+        ok = False
+    if not ok:
+        log.warning("the LLM server cannot reset its prefix cache: runs alternate order instead (see balanced_ratio)")
+    return url if ok else None
+
+
+# ---- load ------------------------------------------------------------------------------
+async def open_loop(pair: AppPair, side: str, items: list[dict[str, Any]], gaps: list[float]) -> list[dict[str, Any]]:
+    """Send ``items`` at the given inter-arrival gaps without waiting for answers (open loop)."""
+    t0 = time.perf_counter()
+    results: list[dict[str, Any]] = []
+
+    async def one(item: dict[str, Any], arrival: float) -> None:
+        try:
+            _, answer, _ = await pair.timed(side, item)
+            results.append({"id": item["id"], "arrival": arrival, "done": time.perf_counter() - t0, "answer": answer})
+        except Exception as exc:  # one failed request is a data point, not the end of the run
+            results.append({"id": item["id"], "arrival": arrival, "done": time.perf_counter() - t0, "error": repr(exc)})
+
+    tasks, at = [], 0.0
+    for item, gap in zip(items, gaps, strict=True):
+        at += gap
+        await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+        tasks.append(asyncio.create_task(one(item, at)))
+    await asyncio.gather(*tasks)
+    return sorted(results, key=lambda r: r["arrival"])
+
+
+def summarize_load(results: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in results if "error" not in r]
+    lat = [r["done"] - r["arrival"] for r in ok]
+    span = max((r["done"] for r in ok), default=0.0) - min((r["arrival"] for r in results), default=0.0)
+    return {"completed": len(ok), "errors": len(results) - len(ok), "throughput_qps": len(ok) / span if span > 0 else 0.0,
+            "p50_s": percentile(lat, 50), "p95_s": percentile(lat, 95), "mean_s": statistics.fmean(lat) if lat else None}
+
+
+async def run_load(pair: AppPair, questions: list[dict[str, Any]], rate: float, warmup: int, seed: int) -> dict[str, Any]:
+    """Same Poisson arrivals for both apps; halves run stock-Ayo then Ayo-stock (prefix-cache fairness)."""
+    rng = random.Random(seed)
+    gaps = [rng.expovariate(rate) for _ in questions]
+    gaps[0] = 0.0
+    sides = ["stock"] + (["ayo"] if pair.ayo is not None else [])
+    await warm_up(pair, sides, questions[:warmup])
+    half = max(1, len(questions) // 2)
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    for part, order in ((slice(0, half), sides), (slice(half, None), sides[::-1])):
+        if not questions[part]:
+            continue
+        for side in order:
+            log.info("%s load: %s, %d queries at %.2f/s", pair.name, side, len(questions[part]), rate)
+            await pair.cold_cache()  # else the second side of a half reuses the first's prompts
+            runs[side].append({"offset": part.start, "results": await open_loop(pair, side, questions[part], gaps[part])})
+    out: dict[str, Any] = {"rate_qps": rate, "seed": seed, "n": len(questions)}
+    for side, halves in runs.items():
+        results = [r for h in halves for r in h["results"]]
+        out[side] = {"summary": summarize_load_halves(halves), "results": results}
+    if pair.ayo is not None:
+        ayo_answers = {r["id"]: r.get("answer") for r in out["ayo"]["results"]}
+        out["all_identical"] = all(r.get("answer") == ayo_answers.get(r["id"]) for r in out["stock"]["results"])
+    return out
+
+
+def summarize_load_halves(halves: list[dict[str, Any]]) -> dict[str, Any]:
+    """Latency percentiles over both halves; throughput = completed / summed busy spans."""
+    parts = [summarize_load(h["results"]) for h in halves]
+    lat = [r["done"] - r["arrival"] for h in halves for r in h["results"] if "error" not in r]
+    busy = sum(p["completed"] / p["throughput_qps"] for p in parts if p["throughput_qps"])
+    done = sum(p["completed"] for p in parts)
+    return {"completed": done, "errors": sum(p["errors"] for p in parts), "throughput_qps": done / busy if busy else 0.0,
+            "p50_s": percentile(lat, 50), "p95_s": percentile(lat, 95)}
+
+
+# ---- reporting -------------------------------------------------------------------------
+def _fmt(value: Any, unit: str = "s") -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value:.2f}{unit}" if isinstance(value, float) else str(value)
+
+
+def print_latency(name: str, s: dict[str, Any], ayo_missing: str) -> None:
+    print(f"\n== {name}: {s['n']} questions, alternating stock/Ayo ==")
+    print(f"  stock  median {_fmt(s['stock_median_s'])}  p95 {_fmt(s['stock_p95_s'])}")
+    if ayo_missing or "ayo_median_s" not in s:
+        print(f"  ayo    not measured: {ayo_missing or 'every optimized run failed (see the JSON)'}")
+        return
+    print(f"  ayo    median {_fmt(s['ayo_median_s'])}  p95 {_fmt(s['ayo_p95_s'])}")
+    print(f"  median per-pair ratio (stock/ayo) {_fmt(s['median_ratio'], 'x')}"
+          f"  [stock ran first: {_fmt(s['median_ratio_stock_first'], 'x')}, ayo first: {_fmt(s['median_ratio_ayo_first'], 'x')};"
+          f" order-balanced {_fmt(s['balanced_ratio'], 'x')}]")
+    print(f"  identical answers {s['identical_answers']}/{s['pairs_compared']}"
+          + ("" if s["all_identical"] else "  <-- NOT all identical"))
+    if s["ayo_errors"] or s["stock_errors"]:
+        print(f"  FAILED runs: stock {s['stock_errors']}, ayo {s['ayo_errors']} (see the JSON for the errors)")
+    if "efficiency_median" in s:
+        print(f"  ayo overhead median {_fmt(s['ayo_overhead_median_s'])} ({_fmt(s['ayo_overhead_median_pct'], '%')})"
+              f"  critical-path bound median {_fmt(s['critical_path_bound_median_s'])}"
+              f"  efficiency (bound/ayo) {_fmt(s['efficiency_median'], '')}")
+    else:
+        print("  no Ayo trace (optimized object has no last_trace): overhead and bound not reported")
+
+
+def print_load(name: str, out: dict[str, Any]) -> None:
+    print(f"\n== {name}: open-loop Poisson load, {out['rate_qps']} queries/s, {out['n']} queries ==")
+    for side in ("stock", "ayo"):
+        if side in out:
+            s = out[side]["summary"]
+            print(f"  {side:5}  throughput {_fmt(s['throughput_qps'], ' q/s')}  p50 {_fmt(s['p50_s'])}"
+                  f"  p95 {_fmt(s['p95_s'])}  errors {s['errors']}")
+    if "ayo" in out:
+        st, ay = out["stock"]["summary"], out["ayo"]["summary"]
+        if ay["p95_s"] and st["throughput_qps"]:
+            print(f"  p95 ratio (stock/ayo) {_fmt(st['p95_s'] / ay['p95_s'], 'x')}"
+                  f"  throughput ratio (ayo/stock) {_fmt(ay['throughput_qps'] / st['throughput_qps'], 'x')}")
+        print(f"  identical answers: {out['all_identical']}")
+
+
+def header(cfg: EnginesConfig, args: argparse.Namespace, search_latency: float, llm_given: bool) -> dict[str, Any]:
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine(),
+        "model": cfg.model, "llm_server": "AYO_LLM_URL (shared server)" if llm_given else "started by serve_llm",
+        "max_tokens": cfg.max_tokens, "search_latency_s": search_latency, "mode": args.mode,
+        "command": "ayo compare " + " ".join(args.argv),
+    }
+
+
+async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, Any]:
+    questions = load_questions(name, args.n)
+    pair = AppPair(name, cfg)
+    pair.cache_reset_url = await probe_cache_reset(cfg.llm_url)
+    result: dict[str, Any] = {**meta, "app": name, "framework": pair.module.FRAMEWORK, "ayo_missing": pair.ayo_missing,
+                              "prefix_cache_reset_between_runs": bool(pair.cache_reset_url)}
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.mode == "load":
+        result["load"] = await run_load(pair, questions, args.rate, args.warmup, args.seed)
+        print_load(name, result["load"])
+        stem = f"{name}-load"
+    else:
+        result.update(await run_latency(pair, questions, args.warmup))
+        print_latency(name, result["summary"], pair.ayo_missing)
+        result["timeline"] = await record_timelines(pair, questions[0], out_dir / f"{name}.trace.json")
+        stem = name
+    path = out_dir / f"{stem}.json"
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"  wrote {_shown(path)}")
+    if not args.no_plot:
+        from .plot import plot_result
+
+        print(f"  wrote {_shown(plot_result(path))}")
+    return result
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="ayo compare", description="Stock vs Ayo on the same engines.")
+    parser.add_argument("app", choices=[*APPS, "all"], help="example app, or all")
+    parser.add_argument("--mode", choices=["latency", "load"], default="latency")
+    parser.add_argument("--rate", type=float, default=0.5, help="load mode: Poisson arrival rate, queries/s")
+    parser.add_argument("-n", type=int, default=None, help="questions per app (default: all 30)")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up questions per app (not timed)")
+    parser.add_argument("--seed", type=int, default=0, help="load mode: seed of the arrival process")
+    parser.add_argument("--max-tokens", type=int, default=64, help="LLM max_tokens of every app")
+    parser.add_argument("--search-latency", type=float, default=None,
+                        help="seconds per search request (default 0.3, or $AYO_SEARCH_LATENCY_S)")
+    parser.add_argument("--out", default=str(default_results_dir()), help="results folder (default: %(default)s)")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+    args.argv = argv
+    if args.rate <= 0:
+        parser.error("--rate must be > 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``ayo compare`` (and ``python -m ayo_bench.compare``)."""
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # One line per HTTP request or model load would bury the progress bar and the figures.
+    for noisy in ("httpx", "httpcore", "openai", "chromadb", "sentence_transformers", "llama_index", "langchain", "langchain_classic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from ayo_core import serve_llm
+    from ayo_examples.search_service import SearchService
+
+    llm_given = bool(os.environ.get("AYO_LLM_URL"))
+    # A server we start exposes POST /reset_prefix_cache, so every run starts from an
+    # empty prefix cache and neither side profits from the other's cached prompts.
+    os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
+    apps = list(APPS) if args.app == "all" else [args.app]
+    with ExitStack() as stack:
+        llm_url = stack.enter_context(serve_llm(dtype="float32"))
+        search = stack.enter_context(SearchService(latency_s=args.search_latency, mode="process"))
+        cfg = EnginesConfig(llm_url=llm_url, max_tokens=args.max_tokens, search_url=search.url)
+        meta = header(cfg, args, search.latency_s, llm_given)
+        print(f"engines: LLM {llm_url} ({cfg.model}), search {search.url} (declared latency {search.latency_s:.3f} s)")
+        with asyncio.Runner() as runner:
+            # Sync apps (the LlamaIndex document-QA functions) run in threads: enough for open-loop load.
+            runner.get_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
+            for name in apps:
+                runner.run(compare_app(name, cfg, args, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
