@@ -51,9 +51,8 @@ from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import child, leaf_config
 from ayo_langchain.lower import SECONDS_PER_TOKEN, Lowerer, QueryRun, is_language_model
-from ayo_langchain.openai_route import routed_copy
 from ayo_shims import langchain as shims
-from ayo_shims import python_runtime
+from ayo_shims import openai_client, python_runtime
 
 log = logging.getLogger(__name__)
 _END = object()
@@ -77,6 +76,17 @@ class Options:
     exact_embeddings: bool = False  # True: embed each query alone (bit-identical vectors, no cross-query batching)
     passes: bool = True
     timeout: float | None = None
+
+
+def routed_copy(model: Any) -> Any:
+    """A copy of a ``ChatOpenAI`` / ``OpenAI`` whose async client sends its requests to the LLM engine
+    of the current :class:`ayo_shims.openai_client.Route` (the one the model's graph node sets)."""
+    from langchain_openai import OpenAI
+
+    from ayo_core.engines.llm_client import LLMEngineError
+
+    shim = openai_client.CompletionsShim if isinstance(model, OpenAI) else openai_client.ChatCompletionsShim
+    return shims.with_async_client(model, lambda client: shim(client, engine_errors=(LLMEngineError,)))
 
 
 def _rebind(runnable: Any, leaf: Any, copy: Any) -> Any:
