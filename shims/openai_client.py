@@ -195,6 +195,10 @@ class _ShimBase:
         answer when a retry is quicker)."""
         log.warning("LLM engine gave no answer within the model's timeout (%.3g s); sending the request "
                     "through the model's own client", self.read_timeout)
+        return await self._original_create(payload, raw)
+
+    async def _original_create(self, payload: dict, raw: bool) -> Any:
+        """The request sent through the model's own client, as stock sends it."""
         create = self._original.with_raw_response.create if raw else self._original.create
         return await create(**payload)
 
@@ -219,8 +223,7 @@ class _ShimBase:
             raise rebuilt
         log.warning("LLM engine failed (%s: %s); sending the request through the model's own client",
                     type(exc).__name__, exc)
-        create = self._original.with_raw_response.create if raw else self._original.create
-        return await create(**payload)
+        return await self._original_create(payload, raw)
 
     def _routed(self, payload: dict) -> Any:
         r = current_route()
@@ -258,9 +261,8 @@ class _ShimBase:
             while (delta := await self._next_delta(queue, sent)) is not None:
                 if delta is _TIMED_OUT:  # nothing within the user's timeout: stock's client takes over
                     task.cancel()
-                    stream = await self._timed_out(payload)
-                    async for chunk in stream:
-                        yield chunk if isinstance(chunk, dict) else chunk.model_dump()
+                    async for chunk in _sdk_chunks(await self._timed_out(payload)):
+                        yield chunk
                     return
                 if delta:
                     if not sent and self.opening_chunk:
@@ -268,9 +270,8 @@ class _ShimBase:
                     sent = True
                     yield self._chunk(rid, created, payload, delta, None)
             if task.exception() is not None and not sent and isinstance(task.exception(), self.engine_errors):
-                stream = await self._fallback(payload, task.exception())
-                async for chunk in stream:
-                    yield chunk if isinstance(chunk, dict) else chunk.model_dump()
+                async for chunk in _sdk_chunks(await self._fallback(payload, task.exception())):
+                    yield chunk
                 return
             if not sent and self.opening_chunk:
                 yield self._chunk(rid, created, payload, "", None, first=True)
@@ -300,6 +301,12 @@ class _ShimBase:
 
     def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
         raise NotImplementedError
+
+
+async def _sdk_chunks(stream: Any) -> AsyncIterator[dict]:
+    """The chunks of a stream the model's own client answered with, as dicts (the shim's chunk shape)."""
+    async for chunk in stream:
+        yield chunk if isinstance(chunk, dict) else chunk.model_dump()
 
 
 def _sdk_status_error(original: Any, exc: BaseException) -> BaseException | None:
