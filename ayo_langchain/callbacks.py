@@ -9,6 +9,7 @@ their retriever run here, exactly as ``BaseRetriever.ainvoke`` does.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID, uuid4
@@ -128,3 +129,18 @@ async def start_chain_run(runnable: Any, value: Any, cfg: RunnableConfig, name: 
     manager = get_async_callback_manager_for_config(cfg)
     return await manager.on_chain_start(None, value, name=name or cfg.get("run_name") or runnable.get_name(),
                                         run_id=cfg.pop("run_id", None))
+
+
+async def reported(run_manager: Any, work: Awaitable[Any]) -> Any:
+    """Await ``work`` and end ``run_manager``'s run (a chain's or a retriever's) with its value or its
+    error, as stock ends a run around its own work; with no run (``None``) just await it."""
+    if run_manager is None:
+        return await work
+    retriever = isinstance(run_manager, AsyncCallbackManagerForRetrieverRun)
+    try:
+        value = await work
+    except BaseException as exc:
+        await (run_manager.on_retriever_error if retriever else run_manager.on_chain_error)(exc)
+        raise
+    await (run_manager.on_retriever_end if retriever else run_manager.on_chain_end)(value)
+    return value

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -335,6 +335,13 @@ def capture(runnable: Any) -> tuple[Module, list[tuple[str, str]]]:
     """Capture ``runnable``; returns the module tree and the (label, reason) of every opaque part."""
     c = Capturer()
     return c.capture(runnable), c.opaque
+
+
+def walk(module: Module) -> Iterator[Module]:
+    """``module`` and every module below it, depth first."""
+    yield module
+    for child in module.children():
+        yield from walk(child)
 
 
 def format_tree(module: Module, indent: int = 0) -> str:

@@ -53,10 +53,3 @@ def embedding_folder(emb: Any) -> str | None:
     if path.is_dir() and ((path / "modules.json").exists() or (path / "config.json").exists()):
         return str(path.resolve())
     return None
-
-
-async def prefix_cache_info(llm: Any) -> dict[str, Any] | None:
-    """vLLM's prefix-cache settings of ``llm``'s server (see :mod:`ayo_core.engines.capabilities`)."""
-    from ayo_core.engines.capabilities import prefix_cache_info as core_info
-
-    return await core_info(getattr(llm, "root_url", None) or getattr(getattr(llm, "engine", None), "root_url", None))

@@ -3,22 +3,15 @@ as the core's :class:`~ayo_core.explain.Explanation`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from ayo_core.explain import Explanation, explanation
-from ayo_langchain.capture import Module, Opaque, format_tree
-
-
-def _walk(module: Module) -> Iterator[Module]:
-    yield module
-    for child in module.children():
-        yield from _walk(child)
+from ayo_langchain.capture import Module, Opaque, format_tree, walk
 
 
 def lowered_modules(root: Module) -> list[tuple[str, str]]:
     """``(label, kind)`` of every captured module Ayo lowers (opaque ones are listed apart)."""
-    return [(m.label(), m.kind) for m in _walk(root) if not isinstance(m, Opaque)]
+    return [(m.label(), m.kind) for m in walk(root) if not isinstance(m, Opaque)]
 
 
 def explain(fast: Any) -> Explanation:

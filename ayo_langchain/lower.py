@@ -37,9 +37,9 @@ from ayo_core.modules import TypeDispatch
 from ayo_core.runtime.context import Expand
 from ayo_core.templates import Opaque, Route, StepLLMCall, Template, Transform
 from ayo_langchain import capture as cap
-from ayo_langchain import openai_route
 from ayo_langchain.callbacks import child, leaf_config, start_chain_run, step_config
 from ayo_shims import langchain as shims
+from ayo_shims import openai_client
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ class Lowerer:
         sink = self.run.sink
 
         async def decode(ctx: Any, prompt: Any) -> Any:
-            with openai_route.route(openai_route.Route(ctx.llm, on_delta=ctx.stream_cb)):
+            with openai_client.route(openai_client.Route(ctx.llm, on_delta=ctx.stream_cb)):
                 if not (streaming or streamed):
                     try:
                         return await routed.ainvoke(prompt, run_cfg)

@@ -27,7 +27,7 @@ from langchain_core.runnables import RunnableConfig
 
 from ayo_core.templates import Aggregate, Opaque, StepRetrieval, Transform
 from ayo_langchain import capture as cap
-from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, start_retriever_run, step_config
+from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, reported, start_retriever_run, step_config
 from ayo_langchain.lower import COST, Lowerer, call_user
 
 Retrieve = Callable[[Any, Any], Awaitable[Any]]
@@ -80,7 +80,7 @@ def _vector_steps(lw: Lowerer, m: cap.VectorRetriever, run_cfg: RunnableConfig) 
         if isinstance(vector, _Done):
             return vector.docs
         run_manager, vector = vector
-        return await _reported(run_manager, asyncio.to_thread(search_by_vector, retriever, vector))
+        return await reported(run_manager, asyncio.to_thread(search_by_vector, retriever, vector))
 
     return embed, search
 
@@ -109,17 +109,6 @@ def retrieve_fn(lw: Lowerer, m: cap.Module, cfg: RunnableConfig) -> Retrieve:
         return await search(ctx, await embed(ctx, query))
 
     return vector
-
-
-async def _reported(run_manager: Any, docs: Awaitable[list[Document]]) -> list[Document]:
-    """Await the documents of a retriever run Ayo opened and end the run with them (or their error)."""
-    try:
-        found = await docs
-    except BaseException as exc:
-        await run_manager.on_retriever_error(exc)
-        raise
-    await run_manager.on_retriever_end(found)
-    return found
 
 
 # ---- MultiQueryRetriever ---------------------------------------------------------------
@@ -228,8 +217,7 @@ def _union(mq: Any, retrieve: Callable[..., Awaitable[tuple[str, Any]]]) -> Call
 
     async def union(ctx: Any, state: dict, lines: list[str], per: list | None = None,
                     first: list | None = None) -> list[Document]:
-        run_manager = state["_run"]
-        try:
+        async def docs() -> list[Document]:
             queries = list(lines) + ([state["question"]] if mq.include_original else [])
             have = {**dict(first or []), **dict(per or [])}
             missing = [q for q in dict.fromkeys(queries) if q not in have]
@@ -237,12 +225,9 @@ def _union(mq: Any, retrieve: Callable[..., Awaitable[tuple[str, Any]]]) -> Call
             for q in queries:
                 if isinstance(have[q], Failed):
                     raise have[q].exc
-            docs = mq.unique_union([d for q in queries for d in have[q]])
-        except BaseException as exc:
-            await run_manager.on_retriever_error(exc)
-            raise
-        await run_manager.on_retriever_end(docs)
-        return docs
+            return mq.unique_union([d for q in queries for d in have[q]])
+
+        return await reported(state["_run"], docs())
 
     return union
 
@@ -270,14 +255,11 @@ def lower_ensemble(lw: Lowerer, m: cap.Ensemble, src: str, cfg: RunnableConfig) 
         inputs[f"r{i}"] = lw.lower(sub, query, planned.child(run_cfg, f"retriever_{i + 1}"))
 
     async def fuse(ctx: Any, run: Any, **lists: list) -> list[Document]:
-        try:
+        async def docs() -> list[Document]:
             doc_lists = [[d if isinstance(d, Document) else Document(page_content=d) for d in lists[f"r{i}"]]
                          for i in range(len(m.retrievers))]
-            docs = ens.weighted_reciprocal_rank(doc_lists)
-        except BaseException as exc:
-            await run.on_retriever_error(exc)
-            raise
-        await run.on_retriever_end(docs)
-        return docs
+            return ens.weighted_reciprocal_rank(doc_lists)
+
+        return await reported(run, docs())
 
     return lw.build(Aggregate(fuse, m.label(), takes_ctx=True, cost=COST["parser"]), inputs, "ensemble_fuse")

@@ -30,7 +30,6 @@ from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import (
     ensure_config,
-    get_async_callback_manager_for_config,
     get_config_list,
     patch_config,
 )
@@ -49,11 +48,10 @@ from ayo_core.runtime import (
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
-from ayo_langchain.callbacks import child, leaf_config
+from ayo_langchain.callbacks import child, leaf_config, reported, start_chain_run
 from ayo_langchain.lower import SECONDS_PER_TOKEN, Lowerer, QueryRun, is_language_model
-from ayo_langchain.openai_route import routed_copy
 from ayo_shims import langchain as shims
-from ayo_shims import python_runtime
+from ayo_shims import openai_client, python_runtime
 
 log = logging.getLogger(__name__)
 _END = object()
@@ -79,6 +77,17 @@ class Options:
     timeout: float | None = None
 
 
+def routed_copy(model: Any) -> Any:
+    """A copy of a ``ChatOpenAI`` / ``OpenAI`` whose async client sends its requests to the LLM engine
+    of the current :class:`ayo_shims.openai_client.Route` (the one the model's graph node sets)."""
+    from langchain_openai import OpenAI
+
+    from ayo_core.engines.llm_client import LLMEngineError
+
+    shim = openai_client.CompletionsShim if isinstance(model, OpenAI) else openai_client.ChatCompletionsShim
+    return shims.with_async_client(model, lambda client: shim(client, engine_errors=(LLMEngineError,)))
+
+
 def _rebind(runnable: Any, leaf: Any, copy: Any) -> Any:
     """``runnable`` (the model or bindings around it) with the model replaced by ``copy``."""
     if runnable is leaf:
@@ -97,7 +106,7 @@ class Plan:
         self.root = self.capturer.capture(runnable)
         # bindings around the whole chain configure its top run (as stock), not each leaf again
         self.top_wrappers = self.root.wrappers
-        for m in _walk(self.root):
+        for m in cap.walk(self.root):
             m.wrappers = m.wrappers[len(self.top_wrappers):]
         self.routed: dict[int, Any] = {}
         self._dynamic: OrderedDict[int, tuple[Any, cap.Module]] = OrderedDict()
@@ -183,12 +192,12 @@ class Plan:
         # A routing function may build a new runnable per call: keep the most recent ones only.
         while len(self._dynamic) > DYNAMIC_CACHE:
             _, (_, old) = self._dynamic.popitem(last=False)
-            for m in _walk(old):
+            for m in cap.walk(old):
                 self.routed.pop(id(m), None)
         return module
 
     def _register(self, module: cap.Module, discover: bool) -> None:
-        for m in _walk(module):
+        for m in cap.walk(module):
             if isinstance(m, cap.Model):
                 self._register_model(m, discover)
             elif isinstance(m, cap.VectorRetriever) and discover and self.embed is None:
@@ -214,12 +223,6 @@ class Plan:
             self.llm_endpoint = (eng.normalize_url(self.llm.base_url), self.llm.model)
         if endpoint == self.llm_endpoint and id(m) not in self.routed:
             self.routed[id(m)] = _rebind(m.runnable, m.model, routed_copy(m.model))
-
-
-def _walk(module: cap.Module) -> Iterator[cap.Module]:
-    yield module
-    for c in module.children():
-        yield from _walk(c)
 
 
 class OptimizedRunnable(Runnable):
@@ -334,23 +337,14 @@ class OptimizedRunnable(Runnable):
         """This call's run state: under a chain run Ayo opens, unless the root reports its own."""
         if self.reports_own_run():
             return QueryRun(cfg=config, run_manager=None, sync=sync, streaming=streaming)
-        manager = get_async_callback_manager_for_config(config)
-        run_manager = await manager.on_chain_start(None, input, name=config.get("run_name") or self.get_name(),
-                                                   run_id=config.pop("run_id", None))
+        run_manager = await start_chain_run(self, input, config)
+        # patch_config drops the caller's run_id and run_name: they name the chain run, not its children
         return QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager,
                         sync=sync, streaming=streaming)
 
     async def _invoke(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> Any:
         run = await self._query_run(input, self._top_config(config), sync)
-        try:
-            value = await self._execute(input, run)
-        except BaseException as exc:
-            if run.run_manager is not None:
-                await run.run_manager.on_chain_error(exc)
-            raise
-        if run.run_manager is not None:
-            await run.run_manager.on_chain_end(value)
-        return value
+        return await reported(run.run_manager, self._execute(input, run))
 
     async def _batch(self, inputs: list[Any], config: Any, return_exceptions: bool, sync: bool = False) -> list[Any]:
         configs = get_config_list(config, len(inputs))
@@ -479,7 +473,7 @@ def _stream_source(steps: list[cap.Module]) -> int | None:
         return isinstance(s, cap.Model) or (isinstance(s, cap.Opaque) and is_language_model(s))
 
     def streams(s: cap.Module) -> bool:
-        return isinstance(s, (cap.Lambda, cap.Branch)) or any(model(m) for m in _walk(s))
+        return isinstance(s, (cap.Lambda, cap.Branch)) or any(model(m) for m in cap.walk(s))
 
     for wanted in (streams, lambda s: isinstance(s, cap.Opaque)):
         for i in range(len(steps) - 1, -1, -1):

@@ -1,16 +1,19 @@
-"""Route a langchain-openai model's HTTP calls to Ayo's LLM engine.
+"""A client shim for the openai SDK: a model's requests go to Ayo's LLM engine, answered as the SDK would.
 
-Why a client shim instead of re-typing the request: ``ChatOpenAI`` / ``OpenAI`` build
-the request (message conversion, ``max_completion_tokens``, ``stop``, ``extra_body``,
-``model_kwargs``) and turn the response into ``AIMessage`` / text, fire callbacks and
-map errors in their own code. We keep all of that: a *copy* of the user's model gets
-an ``async_client`` whose ``create(**payload)`` sends the very payload the stock client
-would send through the LLM engine (priority, stream callbacks, application context),
-and answers with the dict the OpenAI SDK would have parsed. Anything the engine does
-not speak (tools, response formats, ``n > 1``, logprobs) goes to the original client.
+Why a client shim instead of re-typing the request: a framework's OpenAI model
+(langchain-openai's ``ChatOpenAI`` / ``OpenAI``) builds the request (message conversion,
+``max_completion_tokens``, ``stop``, ``extra_body``, ``model_kwargs``) and turns the response
+into its own message / text, fires callbacks and maps errors in its own code. We keep all
+of that: a *copy* of the user's model gets an async client resource whose
+``create(**payload)`` sends the very payload the stock client would send through the LLM
+engine (priority, stream callbacks, application context), and answers with what the
+OpenAI SDK would have parsed. Anything the engine does not speak (tools, response
+formats, ``n > 1``, logprobs) goes to the original client.
 
 The engine to use is taken from a context variable that a graph node sets around its
-model call (:func:`route`), so the same model copy serves every query of a batch.
+model call (:func:`route`), so the same model copy serves every query of a batch. Nothing
+here imports ``ayo_core``: the adapter passes the engine's error classes (``engine_errors``)
+when it builds a shim.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ayo_shims import langchain as shims
 from ayo_shims import openai_sdk
 
 log = logging.getLogger(__name__)
@@ -51,7 +53,7 @@ class Route:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-_ROUTE: contextvars.ContextVar[Route | None] = contextvars.ContextVar("ayo_langchain_route", default=None)
+_ROUTE: contextvars.ContextVar[Route | None] = contextvars.ContextVar("ayo_openai_client_route", default=None)
 
 
 @contextlib.contextmanager
@@ -67,12 +69,6 @@ def route(r: Route) -> Iterator[Route]:
 def current_route() -> Route | None:
     """The route set by the enclosing graph node, if any."""
     return _ROUTE.get()
-
-
-def _engine_errors() -> tuple[type[BaseException], ...]:
-    from ayo_core.engines.llm_client import LLMEngineError
-
-    return (LLMEngineError,)
 
 
 def _engine_model(llm: Any) -> str | None:
@@ -159,8 +155,9 @@ class _ShimBase:
     object_name = ""
     opening_chunk = True  # vLLM opens a chat stream with an empty role chunk, a completion stream without
 
-    def __init__(self, original: Any) -> None:
+    def __init__(self, original: Any, engine_errors: tuple[type[BaseException], ...] = ()) -> None:
         self._original = original
+        self.engine_errors = engine_errors  # the LLM engine's failures (others propagate as they are)
 
     @property
     def with_raw_response(self) -> _RawView:
@@ -176,7 +173,7 @@ class _ShimBase:
         """The engine's answer within the user's timeout; the stock outcome when the engine fails."""
         try:
             value = await asyncio.wait_for(routed, self.read_timeout) if self.read_timeout else await routed
-        except _engine_errors() as exc:
+        except self.engine_errors as exc:
             return await self._fallback(payload, exc, raw=raw)
         except TimeoutError:
             return await self._timed_out(payload, raw=raw)
@@ -198,6 +195,10 @@ class _ShimBase:
         answer when a retry is quicker)."""
         log.warning("LLM engine gave no answer within the model's timeout (%.3g s); sending the request "
                     "through the model's own client", self.read_timeout)
+        return await self._original_create(payload, raw)
+
+    async def _original_create(self, payload: dict, raw: bool) -> Any:
+        """The request sent through the model's own client, as stock sends it."""
         create = self._original.with_raw_response.create if raw else self._original.create
         return await create(**payload)
 
@@ -222,8 +223,7 @@ class _ShimBase:
             raise rebuilt
         log.warning("LLM engine failed (%s: %s); sending the request through the model's own client",
                     type(exc).__name__, exc)
-        create = self._original.with_raw_response.create if raw else self._original.create
-        return await create(**payload)
+        return await self._original_create(payload, raw)
 
     def _routed(self, payload: dict) -> Any:
         r = current_route()
@@ -261,19 +261,17 @@ class _ShimBase:
             while (delta := await self._next_delta(queue, sent)) is not None:
                 if delta is _TIMED_OUT:  # nothing within the user's timeout: stock's client takes over
                     task.cancel()
-                    stream = await self._timed_out(payload)
-                    async for chunk in stream:
-                        yield chunk if isinstance(chunk, dict) else chunk.model_dump()
+                    async for chunk in _sdk_chunks(await self._timed_out(payload)):
+                        yield chunk
                     return
                 if delta:
                     if not sent and self.opening_chunk:
                         yield self._chunk(rid, created, payload, "", None, first=True)
                     sent = True
                     yield self._chunk(rid, created, payload, delta, None)
-            if task.exception() is not None and not sent and isinstance(task.exception(), _engine_errors()):
-                stream = await self._fallback(payload, task.exception())
-                async for chunk in stream:
-                    yield chunk if isinstance(chunk, dict) else chunk.model_dump()
+            if task.exception() is not None and not sent and isinstance(task.exception(), self.engine_errors):
+                async for chunk in _sdk_chunks(await self._fallback(payload, task.exception())):
+                    yield chunk
                 return
             if not sent and self.opening_chunk:
                 yield self._chunk(rid, created, payload, "", None, first=True)
@@ -303,6 +301,12 @@ class _ShimBase:
 
     def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
         raise NotImplementedError
+
+
+async def _sdk_chunks(stream: Any) -> AsyncIterator[dict]:
+    """The chunks of a stream the model's own client answered with, as dicts (the shim's chunk shape)."""
+    async for chunk in stream:
+        yield chunk if isinstance(chunk, dict) else chunk.model_dump()
 
 
 def _sdk_status_error(original: Any, exc: BaseException) -> BaseException | None:
@@ -445,10 +449,3 @@ class CompletionsShim(_ShimBase):
         return {"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),
                 "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}]}
 
-
-def routed_copy(model: Any) -> Any:
-    """A copy of a ``ChatOpenAI`` / ``OpenAI`` whose async client goes through the current :class:`Route`."""
-    from langchain_openai import OpenAI
-
-    shim_cls = CompletionsShim if isinstance(model, OpenAI) else ChatCompletionsShim
-    return shims.with_async_client(model, shim_cls)
