@@ -58,19 +58,23 @@ def _is_llama_index_object(target: Any) -> bool:
     return any(getattr(cls, "__module__", "").startswith("llama_index.") for cls in type(target).__mro__[:-1])
 
 
-_FIXES = (
-    ("BaseRetriever", "a retriever: pass RetrieverQueryEngine.from_args(retriever, llm=...) (or "
-                      "index.as_query_engine(...)) to optimize() and call .retrieve()/.query() on the result"),
-    ("BaseChatEngine", "a chat engine: Ayo optimizes query engines; pass index.as_query_engine(...), or a "
-                       "function that answers a question, to optimize()"),
-    ("BaseIndex", "an index: pass index.as_query_engine(...) to optimize()"),
-)
+def _fixes() -> tuple[tuple[type, str], ...]:
+    from llama_index.core.base.base_retriever import BaseRetriever
+    from llama_index.core.chat_engine.types import BaseChatEngine
+    from llama_index.core.indices.base import BaseIndex
+
+    return (
+        (BaseRetriever, "a retriever: pass RetrieverQueryEngine.from_args(retriever, llm=...) (or "
+                        "index.as_query_engine(...)) to optimize() and call .retrieve()/.query() on the result"),
+        (BaseChatEngine, "a chat engine: Ayo optimizes query engines; pass index.as_query_engine(...), or a "
+                         "function that answers a question, to optimize()"),
+        (BaseIndex, "an index: pass index.as_query_engine(...) to optimize()"),
+    )
 
 
 def unsupported_message(target: Any) -> str:
     """What ``optimize`` says about a LlamaIndex object it returns unchanged: what it is, and the fix."""
-    names = {cls.__name__ for cls in type(target).__mro__}
-    what = next((fix for base, fix in _FIXES if base in names),
+    what = next((fix for base, fix in _fixes() if isinstance(target, base)),
                 "not a query engine or a function: pass a query engine (index.as_query_engine(...)) or a "
                 "function that builds and queries one")
     return f"{type(target).__name__} is returned unchanged (it runs as stock, unoptimized): it is {what}"

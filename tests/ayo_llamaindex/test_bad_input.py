@@ -96,3 +96,22 @@ def test_tree_summarize_that_cannot_converge_stops_with_a_reason(index) -> None:
                                   response_synthesizer=get_response_synthesizer(llm=llm, response_mode="tree_summarize"))
     with pytest.raises(RecursionError, match="does not converge"):
         ayo_llamaindex.optimize(engine).query("x")
+
+
+def test_unsupported_objects_are_recognized_by_type_with_the_fix() -> None:
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    import ayo_llamaindex
+
+    index = VectorStoreIndex.from_documents([Document(text="a")], embed_model=MockEmbedding(embed_dim=4))
+    assert ayo_llamaindex.unsupported_message(index).endswith("an index: pass index.as_query_engine(...) to optimize()")
+    retriever = index.as_retriever()
+    assert "it is a retriever: pass RetrieverQueryEngine.from_args" in ayo_llamaindex.unsupported_message(retriever)
+
+    class RenamedRetriever(type(retriever)):  # a user's subclass under any name is still a retriever
+        pass
+
+    renamed = RenamedRetriever(index=index, embed_model=MockEmbedding(embed_dim=4))
+    assert "it is a retriever" in ayo_llamaindex.unsupported_message(renamed)
+    assert ayo_llamaindex.optimize(retriever) is retriever
