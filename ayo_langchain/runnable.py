@@ -357,7 +357,14 @@ class OptimizedRunnable(Runnable):
             async with gate:
                 return await self._invoke(inputs[i], configs[i], sync)
 
-        return list(await asyncio.gather(*(one(i) for i in range(len(inputs))), return_exceptions=return_exceptions))
+        if return_exceptions or not sync:  # stock's abatch raises the first error in time (asyncio.gather)
+            return list(await asyncio.gather(*(one(i) for i in range(len(inputs))), return_exceptions=return_exceptions))
+        # stock's sync batch maps over a thread pool: the error it raises is the first in input order
+        results = await asyncio.gather(*(one(i) for i in range(len(inputs))), return_exceptions=True)
+        first = next((r for r in results if isinstance(r, BaseException)), None)
+        if first is not None:
+            raise first
+        return list(results)
 
     def build_graph(self, run: QueryRun) -> Graph:
         """The query's primitive graph (lowered and, unless disabled, optimized by the core passes)."""
