@@ -31,11 +31,11 @@ from langchain_core.runnables.config import (
 )
 from langchain_core.runnables.utils import is_async_generator
 
-from ayo_core.explain import record_optimization
 from ayo_core.graph import Graph
 from ayo_core.modules import TypeDispatch
 from ayo_core.runtime.context import Expand
-from ayo_core.templates import Opaque, Route, StepLLMCall, Template, Transform
+from ayo_core.templates import Opaque, Route, StepLLMCall, Transform
+from ayo_core.templates.builder import GraphBuilder
 from ayo_langchain import capture as cap
 from ayo_langchain.callbacks import child, leaf_config, start_chain_run, step_config
 from ayo_shims import langchain as shims
@@ -88,22 +88,18 @@ async def call_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableConfi
 
 
 @dataclass
-class Lowerer:
-    """Builds the nodes of one query; ``sub()`` gives a lowerer for a run-time expansion."""
+class Lowerer(GraphBuilder):
+    """Builds the nodes of one query (names, ready times: the core's builder); ``sub()`` gives a
+    lowerer for a run-time expansion."""
 
     plan: Any  # ayo_langchain.runnable.Plan (engines, routed models, options)
     run: QueryRun
-    prefix: str = ""
-    graph: Graph = field(default_factory=Graph)  # where the templates add this lowerer's nodes
     # dict-building node -> {key: producer node, "__base__": assign input}: prefill splitting reads it
     dict_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     # inside an object stock invokes even in a stream (a retriever's query chain): its models do not stream
     invoked: bool = False
-    # estimated seconds after the query's start at which each node's value exists
-    ready: dict[str, float] = field(default_factory=dict)
     # node -> how to approximate its value from a pipelined retrieval's parts (progressive prefill)
     progress: dict[str, Any] = field(default_factory=dict)
-    _n: int = 0
 
     def sub(self, parent: str) -> Lowerer:
         return Lowerer(self.plan, self.run, prefix=f"{parent}/", ready=dict(self.ready), progress=dict(self.progress),
@@ -112,23 +108,6 @@ class Lowerer:
     def streams_models(self) -> bool:
         """Models lowered now stream, as every model of a chain does under stock's ``stream``."""
         return self.run.streaming and not self.invoked
-
-    def name(self, label: str) -> str:
-        self._n += 1
-        return f"{self.prefix}{self._n}.{label}"
-
-    def build(self, template: Template, inputs: dict[str, str], label: str = "", name: str = "") -> str:
-        """Add ``template``'s nodes under the next structural name (``"3.prompt"``, or ``name``);
-        returns the node holding its value, with its estimated ready time."""
-        before = len(self.graph.nodes)
-        out = template.build(self.graph, name or self.name(label), inputs)
-        start = max((self.ready.get(src, 0.0) for src in inputs.values()), default=0.0)
-        self.ready[out] = start + sum(n.cost for n in list(self.graph.nodes.values())[before:])
-        return out
-
-    def record(self, optimization: str, node: str, detail: str) -> None:
-        """Note an optimization the lowering set up (``explain()`` lists ``graph.meta["optimizations"]``)."""
-        record_optimization(self.graph, optimization, node, detail)
 
     # ---- dispatch -------------------------------------------------------------------------
     def lower(self, m: cap.Module, src: str, cfg: RunnableConfig) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -37,13 +36,12 @@ from langchain_core.runnables.config import (
 from ayo_core.graph import Graph
 from ayo_core.passes import optimize_graph
 from ayo_core.runtime import (
-    CostModel,
+    LoopRuntimes,
     NodeFailed,
     Runtime,
     SchedulerConfig,
     bridge,
     llm_config,
-    runtime_on_shared_schedulers,
 )
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_langchain import capture as cap
@@ -116,8 +114,8 @@ class Plan:
         self.embed: Any = None
         self.own_runtime = runtime is None
         self.given_runtime = runtime
-        self.costs = runtime.costs if runtime is not None else CostModel()  # learned per node, all loops
-        self._runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runtime] = weakref.WeakKeyDictionary()
+        # the chain's own runtime per event loop, all learning one cost model (per node, all loops)
+        self.runtimes = LoopRuntimes(options.policy, runtime.costs if runtime is not None else None)
         if runtime is None:
             self._register(self.root, discover=True)
         else:
@@ -138,13 +136,7 @@ class Plan:
         picks a model met at run time, see :meth:`capture`), on the loop's shared engine schedulers."""
         if self.given_runtime is not None:
             return self.given_runtime
-        loop = asyncio.get_running_loop()
-        rt = self._runtimes.get(loop)
-        if rt is None:
-            rt = runtime_on_shared_schedulers(self.engines(), self.options.policy, configs=self.scheduler_configs(),
-                                              loop=loop, costs=self.costs)
-            self._runtimes[loop] = rt
-        return rt
+        return self.runtimes.get(self.engines(), self.scheduler_configs())
 
     def engines(self) -> dict[str, Any]:
         return {kind: e for kind, e in (("llm", self.llm), ("embed", self.embed)) if e is not None}
@@ -186,8 +178,7 @@ class Plan:
         had = (self.llm, self.embed)
         self._register(module, discover=self.own_runtime)
         if (self.llm, self.embed) != had:  # first engines met at run time (a routing function's choice)
-            for rt in list(self._runtimes.values()):
-                rt.add_engines(self.engines(), self.scheduler_configs())
+            self.runtimes.add_engines(self.engines(), self.scheduler_configs())
         self._dynamic[id(runnable)] = (runnable, module)  # keeps runnable alive: ids stay unique
         # A routing function may build a new runnable per call: keep the most recent ones only.
         while len(self._dynamic) > DYNAMIC_CACHE:

@@ -22,12 +22,18 @@ from ayo_core.runtime.errors import AyoError, MissingEngine, NodeFailed, QueryTi
 from ayo_core.runtime.interpreter import reference_run
 from ayo_core.runtime.policies import POLICIES, PRIORITY_SPAN, CostModel, NeverBelowDefault, get_policy
 from ayo_core.runtime.scheduler import Runtime
-from ayo_core.runtime.shared import llm_config, runtime_on_shared_schedulers, shared_runtime, shared_schedulers
+from ayo_core.runtime.shared import (
+    LoopRuntimes,
+    llm_config,
+    runtime_on_shared_schedulers,
+    shared_runtime,
+    shared_schedulers,
+)
 from ayo_core.runtime.states import NodeState, RequestState
 
 __all__ = [
     "DEFAULT_CONFIGS", "POLICIES", "PRIORITY_SPAN", "AyoError", "Batch", "CostModel", "EngineProxy", "EngineRequest",
-    "EngineScheduler", "Engines", "Expand", "MissingEngine", "NeverBelowDefault", "NodeContext", "NodeFailed",
+    "EngineScheduler", "Engines", "Expand", "LoopRuntimes", "MissingEngine", "NeverBelowDefault", "NodeContext", "NodeFailed",
     "NodeState", "QueryTimeout", "QueueFull", "RequestState", "Runtime", "SchedulePlan", "SchedulerConfig",
     "SchedulerStatistics", "get_policy", "llm_config", "reference_run", "runtime_on_shared_schedulers",
     "shared_runtime", "shared_schedulers",

@@ -123,3 +123,30 @@ def shared_schedulers(loop: asyncio.AbstractEventLoop | None = None) -> list[Eng
 def llm_config(max_inflight: int) -> SchedulerConfig:
     """The LLM scheduler's config admitting ``max_inflight`` requests (vLLM batches them itself)."""
     return dataclasses.replace(DEFAULT_CONFIGS["llm"], max_inflight=max_inflight)
+
+
+class LoopRuntimes:
+    """One pipeline's own runtimes, one per event loop, each on that loop's shared engine schedulers
+    (:func:`runtime_on_shared_schedulers`), all learning into one ``costs`` model.
+
+    For an adapter whose async methods run on the caller's loop (LangChain, as stock): a runtime's
+    schedulers belong to one loop, so each loop gets its own; loops are weak keys.
+    """
+
+    def __init__(self, policy: str, costs: CostModel | None = None) -> None:
+        self.policy, self.costs = policy, costs or CostModel()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runtime] = weakref.WeakKeyDictionary()
+
+    def get(self, engines: Mapping[str, Any], configs: Mapping[str, SchedulerConfig] | None = None) -> Runtime:
+        """The runtime on the running loop (made over ``engines`` with ``configs`` when first asked there)."""
+        loop = asyncio.get_running_loop()
+        rt = self._by_loop.get(loop)
+        if rt is None:
+            rt = runtime_on_shared_schedulers(engines, self.policy, configs=configs, loop=loop, costs=self.costs)
+            self._by_loop[loop] = rt
+        return rt
+
+    def add_engines(self, engines: Mapping[str, Any], configs: Mapping[str, SchedulerConfig] | None = None) -> None:
+        """Engines met at run time (a routing function's choice): every loop's runtime schedules them too."""
+        for rt in list(self._by_loop.values()):
+            rt.add_engines(engines, configs)
