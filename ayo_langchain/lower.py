@@ -33,6 +33,7 @@ from langchain_core.runnables.utils import is_async_generator
 
 from ayo_core.graph import Graph
 from ayo_core.modules import TypeDispatch
+from ayo_core.runtime.chunks import aadd_chunks, add_chunks
 from ayo_core.runtime.context import Expand
 from ayo_core.templates import Opaque, Route, StepLLMCall, Transform
 from ayo_core.templates.builder import GraphBuilder
@@ -72,10 +73,7 @@ async def stream_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableCon
     async def one() -> Any:
         yield value
 
-    out: Any = None
-    async for chunk in runnable.atransform(one(), cfg):
-        out = chunk if out is None else out + chunk
-    return out
+    return await aadd_chunks(runnable.atransform(one(), cfg))
 
 
 async def call_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
@@ -274,12 +272,7 @@ class Lowerer(GraphBuilder):
                     finally:
                         if finished is not None:
                             finished.set()
-                final = None
-                async for chunk in routed.astream(prompt, run_cfg):
-                    if streaming:
-                        sink.put_nowait(chunk)
-                    final = chunk if final is None else final + chunk
-                return final
+                return await aadd_chunks(routed.astream(prompt, run_cfg), sink.put_nowait if streaming else None)
 
         inputs = {"prompt": src}
         if early is not None:
@@ -346,10 +339,7 @@ def _lambda_body(lam: Any, inline: bool) -> Callable[..., Any]:
 
 def _transform_once(runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
     """``runnable.transform`` over the one-chunk stream ``[value]``, its chunks added up."""
-    out: Any = None
-    for chunk in runnable.transform(iter([value]), cfg):
-        out = chunk if out is None else out + chunk
-    return out
+    return add_chunks(runnable.transform(iter([value]), cfg))
 
 
 def _lambda_body_sync(lam: Any) -> Callable[..., Any]:

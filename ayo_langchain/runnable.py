@@ -43,6 +43,8 @@ from ayo_core.runtime import (
     bridge,
     llm_config,
 )
+from ayo_core.runtime.batching import gather_batch
+from ayo_core.runtime.chunks import drain_while_running
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
@@ -52,7 +54,6 @@ from ayo_shims import langchain as shims
 from ayo_shims import openai_client, python_runtime
 
 log = logging.getLogger(__name__)
-_END = object()
 DYNAMIC_CACHE = 256  # runnables met at run time whose capture is kept
 # sync calls run the user's objects in the bridge loop's worker threads: daemon ones, so a user
 # thread still calling invoke after the main thread ended is served (see ayo_shims.python_runtime)
@@ -339,23 +340,11 @@ class OptimizedRunnable(Runnable):
 
     async def _batch(self, inputs: list[Any], config: Any, return_exceptions: bool, sync: bool = False) -> list[Any]:
         configs = get_config_list(config, len(inputs))
-        limit = configs[0].get("max_concurrency")
-        gate = asyncio.Semaphore(limit) if limit else None
-
-        async def one(i: int) -> Any:
-            if gate is None:
-                return await self._invoke(inputs[i], configs[i], sync)
-            async with gate:
-                return await self._invoke(inputs[i], configs[i], sync)
-
-        if return_exceptions or not sync:  # stock's abatch raises the first error in time (asyncio.gather)
-            return list(await asyncio.gather(*(one(i) for i in range(len(inputs))), return_exceptions=return_exceptions))
-        # stock's sync batch maps over a thread pool: the error it raises is the first in input order
-        results = await asyncio.gather(*(one(i) for i in range(len(inputs))), return_exceptions=True)
-        first = next((r for r in results if isinstance(r, BaseException)), None)
-        if first is not None:
-            raise first
-        return list(results)
+        # stock's abatch raises the first error in time (asyncio.gather); its sync batch maps over
+        # a thread pool: the error it raises is the first in input order
+        return await gather_batch(lambda i: self._invoke(inputs[i], configs[i], sync), len(inputs),
+                                  max_concurrency=configs[0].get("max_concurrency"),
+                                  return_exceptions=return_exceptions, first_in_order=sync)
 
     def build_graph(self, run: QueryRun) -> Graph:
         """The query's primitive graph (lowered and, unless disabled, optimized by the core passes)."""
@@ -410,7 +399,7 @@ class OptimizedRunnable(Runnable):
         first: Any = None
         if id(model) in self.plan.routed:
             run.stream_to, run.sink, run.tail_from = model, asyncio.Queue(), at
-            source: AsyncIterator[Any] | None = self._sink_chunks(input, run)
+            source: AsyncIterator[Any] | None = drain_while_running(lambda: self._execute(input, run), run.sink)
         else:  # a model (or step) Ayo does not route: the graph computes its input, it streams as-is
             run.tail_from = at - 1
             prefix = await self._execute(input, run) if at > 0 else input
@@ -430,18 +419,6 @@ class OptimizedRunnable(Runnable):
                 chunks = steps[j].runnable.atransform(chunks, cfg_of(j))
         async for chunk in chunks:
             yield chunk
-
-    async def _sink_chunks(self, input: Any, run: QueryRun) -> AsyncIterator[Any]:
-        sink = run.sink
-        task = asyncio.ensure_future(self._execute(input, run))
-        task.add_done_callback(lambda _t: sink.put_nowait(_END))
-        try:
-            while (chunk := await sink.get()) is not _END:
-                yield chunk
-            await task  # raises the query's error, if any
-        finally:
-            if not task.done():
-                task.cancel()
 
     # ---- introspection --------------------------------------------------------------
     def explain(self) -> Any:
