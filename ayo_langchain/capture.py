@@ -35,6 +35,7 @@ from langchain_core.runnables import (
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
 
+from ayo_core.introspect import overridden
 from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
 from ayo_shims import langchain as shims
 
@@ -179,12 +180,9 @@ def _cls(obj: Any) -> type:
 
 def _plain_binding(obj: Any) -> bool:
     """A ``RunnableBinding`` (or a subclass that only narrows types, like ``_ChatModelBinding``)."""
-    if not isinstance(obj, RunnableBinding):
-        return False
     from langchain_core.runnables.base import RunnableBindingBase
 
-    t = type(obj)
-    return all(getattr(t, m) is getattr(RunnableBindingBase, m) for m in _BINDING_METHODS)
+    return isinstance(obj, RunnableBinding) and not overridden(obj, RunnableBindingBase, _BINDING_METHODS)
 
 
 def _is_line_list_parser(parser: Any) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ayo_core.engines.registry import get_embedding_engine, get_llm_engine
+from ayo_core.models import local_model_folder
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,4 @@ def model_endpoint(model: Any) -> tuple[str, str] | None:
 
 def embedding_folder(emb: Any) -> str | None:
     """The local model folder of a ``HuggingFaceEmbeddings``, or None (a hub name Ayo cannot load offline)."""
-    path = Path(emb.model_name)
-    if path.is_dir() and ((path / "modules.json").exists() or (path / "config.json").exists()):
-        return str(path.resolve())
-    return None
+    return local_model_folder(emb.model_name)

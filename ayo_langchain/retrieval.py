@@ -25,6 +25,7 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig
 
+from ayo_core.runtime.errors import Captured, capturing
 from ayo_core.templates import Aggregate, Opaque, StepRetrieval, Transform
 from ayo_langchain import capture as cap
 from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, reported, start_retriever_run, step_config
@@ -112,13 +113,6 @@ def retrieve_fn(lw: Lowerer, m: cap.Module, cfg: RunnableConfig) -> Retrieve:
 
 
 # ---- MultiQueryRetriever ---------------------------------------------------------------
-class Failed:
-    """A per-query retrieval that raised (carried to the union node, which raises it)."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
 def line_parts(parser: Any) -> Callable[[Any], list[str]]:
     """The ``parts`` function of the query-generation decode.
 
@@ -197,17 +191,13 @@ def _lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCo
 
 
 def _capturing(retrieve: Retrieve) -> Callable[..., Awaitable[tuple[str, Any]]]:
-    """``retrieve`` returning ``(query, docs)``, or ``(query, Failed(exc))`` when it raises.
-
-    The union raises the failure: a per-part task never fails on its own, so the query fails
-    once, with the retriever's own exception, from one node.
-    """
+    """``retrieve`` returning ``(query, docs)``, or ``(query, Captured(exc))`` when it raises: the
+    union raises it (a per-part task never fails on its own, so the query fails once, with the
+    retriever's own exception, from one node)."""
+    safe = capturing(retrieve)
 
     async def run(ctx: Any, query: str) -> tuple[str, Any]:
-        try:
-            return query, await retrieve(ctx, query)
-        except Exception as exc:  # noqa: BLE001 - re-raised by the union
-            return query, Failed(exc)
+        return query, await safe(ctx, query)
 
     return run
 
@@ -223,7 +213,7 @@ def _union(mq: Any, retrieve: Callable[..., Awaitable[tuple[str, Any]]]) -> Call
             missing = [q for q in dict.fromkeys(queries) if q not in have]
             have.update(await asyncio.gather(*(retrieve(ctx, q) for q in missing)))
             for q in queries:
-                if isinstance(have[q], Failed):
+                if isinstance(have[q], Captured):
                     raise have[q].exc
             return mq.unique_union([d for q in queries for d in have[q]])
 

@@ -44,7 +44,7 @@ from ayo_core.runtime import (
     llm_config,
 )
 from ayo_core.runtime.batching import gather_batch
-from ayo_core.runtime.chunks import drain_while_running
+from ayo_core.runtime.chunks import drain_while_running, merge_chunk
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
@@ -372,7 +372,7 @@ class OptimizedRunnable(Runnable):
         final: Any = None
         try:
             async for chunk in self._stream_chunks(input, run):
-                final = chunk if final is None else _add(final, chunk)
+                final = merge_chunk(final, chunk)
                 yield chunk
         except BaseException as exc:
             if run.run_manager is not None:
@@ -455,11 +455,4 @@ def _stream_source(steps: list[cap.Module]) -> int | None:
             if wanted(steps[i]):
                 return i
     return None
-
-
-def _add(a: Any, b: Any) -> Any:
-    try:
-        return a + b
-    except TypeError:
-        return b
 

@@ -30,6 +30,17 @@ async def aadd_chunks(chunks: AsyncIterable[Any], each: Callable[[Any], Any] | N
     return total
 
 
+def merge_chunk(total: Any, chunk: Any) -> Any:
+    """``total + chunk`` for a stream's running value (``chunk`` when it is the first or the two do
+    not add: the value is then the latest chunk, as LangChain's stream aggregation keeps it)."""
+    if total is None:
+        return chunk
+    try:
+        return total + chunk
+    except TypeError:
+        return chunk
+
+
 async def drain_while_running(start: Callable[[], Awaitable[Any]], queue: asyncio.Queue) -> AsyncIterator[Any]:
     """The items the work ``start()`` puts on ``queue`` while it runs, then the work's error, if any.
 

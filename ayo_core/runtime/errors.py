@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 
 class AyoError(Exception):
     """Base class of Ayo runtime errors."""
@@ -51,3 +54,26 @@ class IllegalTransition(AyoError):
 
 class MissingEngine(AyoError):
     """A node asked for an engine kind the Runtime was not given."""
+
+
+class Captured:
+    """An exception carried as a value to the node that raises it.
+
+    For work that must not fail on its own (a per-part task): the consuming node raises
+    ``exc``, so the query fails once, from one node, with the user's own exception.
+    """
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def capturing(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``fn`` returning a :class:`Captured` where it would raise an ``Exception``."""
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - re-raised by the consuming node
+            return Captured(exc)
+
+    return call
