@@ -16,8 +16,8 @@ of the next generated query arrive, the union so far (the retriever's own
 ``unique_union``, a prefix of the final union) is passed through the same functions
 the chain applies (``format_docs``...) and the prompt is warmed up to the end of that
 partial context. A partial context that turns out not to be a prefix of the next one
-stops the warming for that query. None of this changes a result: if anything fails
-here, the query just does not get the warm cache.
+stops the warming for that query. The rendering and the parts are LangChain's; the
+rest is :mod:`ayo_core.engines.prompt_warmer`. A failure only costs the warm cache.
 """
 
 from __future__ import annotations
