@@ -51,8 +51,9 @@ COST = {"prompt": 0.001, "parser": 0.001, "lambda": 0.002, "opaque": 0.05, "embe
 
 
 @dataclass
-class QueryRun:
-    """Per-input state the node functions close over."""
+class ChainCall:
+    """One input's call of an optimized chain: the state its node functions close over (the core's
+    ``ayo_core.runtime.query.QueryRun`` is the runtime's state of one graph run, a different thing)."""
 
     cfg: RunnableConfig  # child config of the query's chain run
     run_manager: Any  # the query's chain run (for step tags)
@@ -63,7 +64,7 @@ class QueryRun:
     streaming: bool = False  # the user called stream/astream: stock runs every step's transform
 
 
-async def stream_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
+async def stream_user(run: ChainCall, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
     """What a model step gives inside stock's ``stream``: its ``transform`` (``atransform`` under an
     async call) over the one-chunk input, the chunks added up (an ``AIMessageChunk`` with the
     streamed answer's metadata, not the ``AIMessage`` of ``invoke``)."""
@@ -76,7 +77,7 @@ async def stream_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableCon
     return await aadd_chunks(runnable.atransform(one(), cfg))
 
 
-async def call_user(run: QueryRun, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
+async def call_user(run: ChainCall, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
     """Invoke a user object the way the stock chain would in this call: ``invoke`` (in a worker
     thread) under a sync call, ``ainvoke`` under an async one (a sync-only object keeps working,
     an async-only one fails, exactly as stock)."""
@@ -91,7 +92,7 @@ class Lowerer(GraphBuilder):
     lowerer for a run-time expansion."""
 
     plan: Any  # ayo_langchain.runnable.Plan (engines, routed models, options)
-    run: QueryRun
+    run: ChainCall
     # dict-building node -> {key: producer node, "__base__": assign input}: prefill splitting reads it
     dict_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     # inside an object stock invokes even in a stream (a retriever's query chain): its models do not stream

@@ -49,7 +49,7 @@ from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import child, leaf_config, reported, start_chain_run
-from ayo_langchain.lower import SECONDS_PER_TOKEN, Lowerer, QueryRun, is_language_model
+from ayo_langchain.lower import SECONDS_PER_TOKEN, ChainCall, Lowerer, is_language_model
 from ayo_shims import langchain as shims
 from ayo_shims import openai_client, python_runtime
 
@@ -325,13 +325,13 @@ class OptimizedRunnable(Runnable):
         ``llm.invoke(x)`` reports one chat-model run, so Ayo opens no chain run around it."""
         return isinstance(self.plan.root, _SELF_REPORTING)
 
-    async def _query_run(self, input: Any, config: RunnableConfig, sync: bool, streaming: bool = False) -> QueryRun:
+    async def _query_run(self, input: Any, config: RunnableConfig, sync: bool, streaming: bool = False) -> ChainCall:
         """This call's run state: under a chain run Ayo opens, unless the root reports its own."""
         if self.reports_own_run():
-            return QueryRun(cfg=config, run_manager=None, sync=sync, streaming=streaming)
+            return ChainCall(cfg=config, run_manager=None, sync=sync, streaming=streaming)
         run_manager = await start_chain_run(self, input, config)
         # patch_config drops the caller's run_id and run_name: they name the chain run, not its children
-        return QueryRun(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager,
+        return ChainCall(cfg=patch_config(config, callbacks=run_manager.get_child()), run_manager=run_manager,
                         sync=sync, streaming=streaming)
 
     async def _invoke(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> Any:
@@ -346,7 +346,7 @@ class OptimizedRunnable(Runnable):
                                   max_concurrency=configs[0].get("max_concurrency"),
                                   return_exceptions=return_exceptions, first_in_order=sync)
 
-    def build_graph(self, run: QueryRun) -> Graph:
+    def build_graph(self, run: ChainCall) -> Graph:
         """The query's primitive graph (lowered and, unless disabled, optimized by the core passes)."""
         t0 = time.perf_counter()
         g = Graph()
@@ -355,7 +355,7 @@ class OptimizedRunnable(Runnable):
         g.meta["overhead"] = {"build": time.perf_counter() - t0}
         return optimize_graph(g) if self.options.passes else g
 
-    async def _execute(self, input: Any, run: QueryRun) -> Any:
+    async def _execute(self, input: Any, run: ChainCall) -> Any:
         g = self.build_graph(run)
         self.last_graph = g
         try:
@@ -381,7 +381,7 @@ class OptimizedRunnable(Runnable):
         if run.run_manager is not None:
             await run.run_manager.on_chain_end(final)
 
-    async def _stream_chunks(self, input: Any, run: QueryRun) -> AsyncIterator[Any]:
+    async def _stream_chunks(self, input: Any, run: ChainCall) -> AsyncIterator[Any]:
         """Stock streaming: the last model of the top sequence streams, later steps transform its chunks."""
         root = self.plan.root
         steps = root.steps if isinstance(root, cap.Sequence) else [root]
