@@ -15,18 +15,25 @@ from typing import Any
 
 from ayo_langchain.runnable import OptimizedRunnable, Options
 from ayo_shims import langchain as shims
+from ayo_shims import langgraph as lg_shims
 
 __all__ = ["OptimizedRunnable", "Options", "optimize"]
 
 
-def optimize(runnable: Any, *, runtime: Any = None, **options: Any) -> OptimizedRunnable:
+def optimize(runnable: Any, *, runtime: Any = None, **options: Any) -> Any:
     """Wrap ``runnable`` (any LCEL runnable, or a dict / callable LCEL would coerce).
 
     ``options`` are :class:`Options` fields (``policy``, ``prefill_split``,
     ``min_prefill_tokens``, ``exact_embeddings``, ``passes``, ``timeout``);
+    A compiled LangGraph graph gives a copy of that graph (same class API, plus ``explain()``) whose
+    LCEL-runnable nodes run on Ayo (:mod:`ayo_langchain.graph`); anything else an :class:`OptimizedRunnable`.
     ``runtime`` shares an existing :class:`ayo_core.runtime.Runtime` (and its engines).
     Raises :class:`ayo_shims.touchpoints.ShimError` when an installed langchain-core, langchain-openai,
     openai or pydantic release lacks an internal Ayo relies on (checked once per process).
     """
     shims.verify_all()
+    if lg_shims.is_compiled_graph(runnable):  # LangGraph (create_agent too): Pregel runs it, nodes run on Ayo
+        from ayo_langchain.graph import optimize_graph
+
+        return optimize_graph(runnable, Options(**options), runtime=runtime)
     return OptimizedRunnable(runnable, Options(**options), runtime=runtime)

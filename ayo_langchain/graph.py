@@ -1,0 +1,148 @@
+"""``optimize(compiled_graph)``: LangGraph's Pregel loop stays in charge, each node's work runs on Ayo.
+
+A compiled LangGraph graph (``StateGraph(...).compile(checkpointer=...)``, LangChain v1's
+``create_agent``, LangGraph's prebuilt ``create_react_agent``) is returned as a copy of itself
+(an instance of a subclass of its own class, so every method is LangGraph's) whose nodes run
+Ayo's optimized runnables instead of the user's LCEL runnables. Why not re-implement Pregel:
+state reducers, checkpointers and ``thread_id``, recursion limits, interrupts and
+``Command(resume=)``, ``Send`` fan-outs, conditional edges and every ``stream_mode`` are then
+stock's by construction; what Ayo adds is inside each node (its chain lowered to primitives,
+its model calls scheduled by Ayo's LLM engine with priorities, streams and batching). The nodes
+of one super-step (a ``Send`` fan-out whose width is decided at run time) run concurrently, as
+in stock, and their requests meet in the loop's shared engine schedulers, where Ayo ranks and
+batches them together.
+
+What is not an LCEL runnable Ayo lowers (a Python function node, a ``ToolNode``, a custom
+``Runnable`` class) runs as the user's object, with the reason in ``explain()``; a subgraph
+used as a node is optimized the same way, recursively.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ayo_core.explain import Explanation, explanation
+from ayo_langchain.explain import lowered_modules
+from ayo_langchain.runnable import OptimizedRunnable, Options
+from ayo_shims import langgraph as lg
+
+log = logging.getLogger(__name__)
+START_NODE = "__start__"  # LangGraph's input node: writes the input into the channels, no user code
+
+
+@dataclass
+class NodePlan:
+    """What Ayo made of one node of the graph."""
+
+    name: str
+    kind: str  # "lowered", "subgraph" or "opaque"
+    reason: str = ""  # why the node runs as the user's object ('' when Ayo runs it)
+    optimized: Any = None  # the OptimizedRunnable (or optimized subgraph) the node runs now
+
+
+class GraphPlan:
+    """Per optimized graph: one :class:`NodePlan` per node (built once, at ``optimize()``)."""
+
+    def __init__(self, graph: Any, options: Options, runtime: Any = None) -> None:
+        self.options = options
+        self.nodes: dict[str, NodePlan] = {}
+        self.new_nodes: dict[str, Any] = {}
+        for name, node in graph.nodes.items():
+            if name == START_NODE:
+                self.new_nodes[name] = node
+                continue
+            plan = plan_node(name, lg.node_bound(node), options, runtime)
+            self.nodes[name] = plan
+            self.new_nodes[name] = node if plan.optimized is None else lg.with_bound(node, plan.optimized)
+
+    def traces(self) -> list[Any]:
+        """The traces of the nodes' last calls, oldest first (each node call is one Ayo query)."""
+        found = [t for p in self.nodes.values() if isinstance(p.optimized, OptimizedRunnable)
+                 for t in p.optimized.last_traces]
+        return sorted(found, key=lambda t: getattr(t, "start", 0.0) or 0.0)
+
+
+def plan_node(name: str, bound: Any, options: Options, runtime: Any = None) -> NodePlan:
+    """Lower ``bound`` (a node's runnable) when Ayo recognizes it; else say why it runs as-is."""
+    tool_node = lg.tool_node_class()
+    if tool_node is not None and isinstance(bound, tool_node):
+        return NodePlan(name, "opaque", "a ToolNode: LangGraph runs its tool calls (concurrently, with its "
+                                        "error handling) as stock")
+    if isinstance(bound, lg.runnable_callable_class()):
+        return NodePlan(name, "opaque", "a Python function node: its body is the user's code, called as-is "
+                                        "(a node given as an LCEL runnable is lowered)")
+    if lg.is_compiled_graph(bound):
+        return NodePlan(name, "subgraph", "", optimize_graph(bound, options, runtime))
+    fast = OptimizedRunnable(bound, options, runtime=runtime)
+    if fast.as_is():
+        reasons = "; ".join(f"{label}: {why}" for label, why in fast.plan.capturer.opaque)
+        return NodePlan(name, "opaque", reasons or f"{type(bound).__name__} is not a runnable Ayo lowers")
+    return NodePlan(name, "lowered", "", fast)
+
+
+class OptimizedGraphMixin:
+    """Added to the user's compiled-graph class: the graph is LangGraph's own, ``explain()`` is Ayo's."""
+
+    def __init__(self, *, ayo_plan: GraphPlan, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ayo_plan = ayo_plan
+
+    @property
+    def last_traces(self) -> list[Any]:
+        """Ayo's traces of the node calls of the last runs (each lowered node call is one query)."""
+        return self.ayo_plan.traces()
+
+    @property
+    def last_trace(self) -> Any:
+        traces = self.last_traces
+        return traces[-1] if traces else None
+
+    def explain(self) -> Explanation:
+        """Per node: lowered (its modules), a subgraph, or run as the user's object (and why)."""
+        modules: list[tuple[str, str]] = []
+        opaque: list[tuple[str, str]] = []
+        lines: list[str] = []
+        last_graph = None
+        for plan in self.ayo_plan.nodes.values():
+            if plan.kind == "opaque":
+                opaque.append((f"node {plan.name}", plan.reason))
+                lines.append(f"  {plan.name}: Opaque ({plan.reason})")
+            elif plan.kind == "subgraph":
+                modules.append((f"node {plan.name}", "Subgraph"))
+                lines.append(f"  {plan.name}: subgraph, optimized node by node")
+                lines += [f"    {line}" for line in str(plan.optimized.explain()).splitlines()[1:]]
+            else:
+                fast = plan.optimized
+                modules += [(f"node {plan.name}: {label}", kind) for label, kind in lowered_modules(fast.plan.root)]
+                opaque += [(f"node {plan.name}: {label}", why) for label, why in fast.plan.capturer.opaque]
+                lines.append(f"  {plan.name}: lowered ({fast.plan.root.label()})")
+                last_graph = fast.last_graph or last_graph
+        notes = ["LangGraph's Pregel loop runs the graph (state, checkpoints, interrupts, streams as stock); "
+                 "lowered nodes run on Ayo's runtime, their model calls through Ayo's LLM engine"]
+        return explanation(f"Ayo plan for graph {self.get_name()}", graph=last_graph, trace=self.last_trace,
+                           modules=modules, opaque=opaque, module_lines=lines, notes=notes)
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _optimized_class(cls: type) -> type:
+    """``Optimized<cls>``: the user's graph class with :class:`OptimizedGraphMixin` in front."""
+    if issubclass(cls, OptimizedGraphMixin):
+        return cls
+    if cls not in _CLASSES:
+        _CLASSES[cls] = type(f"Optimized{cls.__name__}", (OptimizedGraphMixin, cls), {"__module__": __name__})
+    return _CLASSES[cls]
+
+
+def optimize_graph(graph: Any, options: Options | None = None, runtime: Any = None) -> Any:
+    """A copy of the compiled ``graph`` whose lowered nodes run on Ayo (see the module doc)."""
+    lg.verify_all()
+    plan = GraphPlan(graph, options or Options(), runtime)
+    attrs = {**lg.graph_attributes(graph), "nodes": plan.new_nodes, "ayo_plan": plan}
+    fast = _optimized_class(type(graph))(**attrs)
+    log.debug("optimized graph %s: %s", graph.get_name(),
+              {n: p.kind for n, p in plan.nodes.items()})
+    return fast

@@ -1,0 +1,86 @@
+"""LangGraph touchpoints: the langgraph internals ``ayo_langchain``'s graph front-end reaches.
+
+Ayo keeps LangGraph's own Pregel loop in charge of a compiled graph (state reducers,
+checkpointers, ``thread_id``, recursion limits, interrupts and stream modes stay stock's by
+construction) and only swaps what a node runs: a copy of the compiled graph whose nodes'
+``bound`` runnables are Ayo's optimized runnables. That needs three reaches below the public
+API, each one function here, declared once with the version it was checked on.
+
+Imports langgraph only (lazily, in the checks): never ``ayo_core`` or an adapter.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ayo_shims.touchpoints import all_of, declare, has_attr, has_params, importable, verify
+
+LANGGRAPH = "langgraph"
+FRAMEWORKS = (LANGGRAPH,)
+CHECKED = "1.x (checked 1.2.24)"
+
+
+def verify_all() -> None:
+    """Check every langgraph touchpoint (once per process); raises ``ShimError``."""
+    verify(*FRAMEWORKS)
+
+
+RUNNABLE_CALLABLE = declare(
+    "langgraph._internal._runnable.RunnableCallable", framework=LANGGRAPH, checked=CHECKED,
+    why="a node given as a Python function is wrapped in this class (private module): Ayo recognizes it "
+        "to say why that node runs as the user's code",
+    check=importable("langgraph._internal._runnable", "RunnableCallable"))
+
+
+def runnable_callable_class() -> type:
+    """The class LangGraph wraps a function node in."""
+    return importlib.import_module("langgraph._internal._runnable").RunnableCallable
+
+
+PREGEL_NODE_COPY = declare(
+    "langgraph.pregel._read.PregelNode.copy", framework=LANGGRAPH, checked=CHECKED,
+    why="a compiled graph's node (bound runnable + channel writers) is copied with another bound runnable, "
+        "keeping its triggers, writers, retry and cache policies",
+    check=has_attr("langgraph.pregel._read", "PregelNode", "copy", "node"))
+
+
+def node_bound(node: Any) -> Any:
+    """What a compiled graph's node runs (before its channel writes)."""
+    return node.bound
+
+
+def with_bound(node: Any, bound: Any) -> Any:
+    """A copy of the compiled graph's ``node`` that runs ``bound`` instead."""
+    return node.copy({"bound": bound})
+
+
+PREGEL_COPY = declare(
+    "langgraph.pregel.main.Pregel.copy", framework=LANGGRAPH, checked=CHECKED,
+    why="the optimized graph is the user's compiled graph rebuilt from its attributes (copy(update=)) as an "
+        "instance of a subclass that adds explain(); every Pregel method stays LangGraph's own",
+    check=all_of(has_attr("langgraph.pregel.main", "Pregel", "copy"),
+                 has_params("langgraph.pregel.main", "Pregel.__init__", ["nodes", "channels", "checkpointer"])))
+
+
+def graph_attributes(graph: Any) -> dict[str, Any]:
+    """The keyword arguments that rebuild ``graph`` (what ``Pregel.copy`` passes its class)."""
+    return {k: v for k, v in vars(graph).items() if k != "__orig_class__"}
+
+
+def is_compiled_graph(obj: Any) -> bool:
+    """A compiled LangGraph graph (``StateGraph(...).compile()``, ``create_agent``, ``create_react_agent``)."""
+    try:
+        from langgraph.pregel import Pregel
+    except ImportError:
+        return False
+    return isinstance(obj, Pregel)
+
+
+def tool_node_class() -> type | None:
+    """LangGraph's prebuilt ``ToolNode`` (None when langgraph-prebuilt is not installed)."""
+    try:
+        from langgraph.prebuilt import ToolNode
+    except ImportError:
+        return None
+    return ToolNode
