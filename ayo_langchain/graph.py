@@ -23,8 +23,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackManager
+
 from ayo_core.explain import Explanation, explanation
+from ayo_langchain import capture as cap
 from ayo_langchain.explain import lowered_modules
+from ayo_langchain.lower import ChainCall
 from ayo_langchain.runnable import OptimizedRunnable, Options
 from ayo_shims import langgraph as lg
 
@@ -75,11 +79,33 @@ def plan_node(name: str, bound: Any, options: Options, runtime: Any = None) -> N
                                         "(a node given as an LCEL runnable is lowered)")
     if lg.is_compiled_graph(bound):
         return NodePlan(name, "subgraph", "", optimize_graph(bound, options, runtime))
-    fast = OptimizedRunnable(bound, options, runtime=runtime)
+    fast = NodeRunnable(bound, options, runtime=runtime)
     if fast.as_is():
         reasons = "; ".join(f"{label}: {why}" for label, why in fast.plan.capturer.opaque)
         return NodePlan(name, "opaque", reasons or f"{type(bound).__name__} is not a runnable Ayo lowers")
     return NodePlan(name, "lowered", "", fast)
+
+
+class NodeRunnable(OptimizedRunnable):
+    """A graph node's LCEL runnable on Ayo, reporting the runs stock reports for it.
+
+    LangGraph flattens a node's ``RunnableSequence`` into the node's own run (the steps hang
+    under the run named after the node, tagged ``seq:step:N``): a sequence node then opens no
+    chain run of its own, its steps report under the node's run, as stock's do.
+    """
+
+    @property
+    def flattened_by_langgraph(self) -> bool:
+        return isinstance(self.plan.root, cap.Sequence)
+
+    async def _query_run(self, input: Any, config: Any, sync: bool, streaming: bool = False) -> ChainCall:
+        parent = config.get("callbacks")
+        if (self.flattened_by_langgraph and not streaming and isinstance(parent, BaseCallbackManager)
+                and parent.parent_run_id is not None):
+            return ChainCall(cfg=config, run_manager=None, sync=sync, streaming=streaming)
+        # called outside a node's run (nothing to hang the steps under), or streamed: a chain run, as a
+        # RunnableSequence invoked alone opens
+        return await super()._query_run(input, config, sync, streaming)
 
 
 class OptimizedGraphMixin:
