@@ -10,6 +10,7 @@ phrasings cycle through fixed templates.
   comes with, as in a "chat with these files" app).
 * search_augmented questions describe what a function does, so the app must search.
 * agent questions need a search and a small calculation.
+* graph questions have several aspects (what, arguments, when), answered apart and merged.
 
 Run ``python -m examples.data.make_questions`` after a corpus change; the test
 ``tests/examples/test_questions.py`` checks the committed files match.
@@ -31,6 +32,7 @@ APPS: dict[str, tuple[int, int]] = {
     "contextual_retrieval": (2, 2),
     "search_augmented": (3, 0),
     "agent": (4, 0),
+    "graph": (5, 0),
 }
 DOC_QA_TEMPLATES = (
     "What does {name} do?",
@@ -49,6 +51,7 @@ SEARCH_TEMPLATES = (
     "In the Python standard library, what can I use to do the following? {summary}",
 )
 AGENT_TEMPLATE = "Look up {name} in the Python docs and say what it does, then compute {a} * {b}."
+GRAPH_TEMPLATE = "What does {name} do, what does it take, and when should I use it?"
 
 
 def summary(doc: dict[str, str]) -> str:
@@ -92,6 +95,8 @@ def make_app_questions(app: str, docs: list[dict[str, str]]) -> list[dict[str, o
             text = SEARCH_TEMPLATES[k % len(SEARCH_TEMPLATES)].format(summary=summary(doc))
         elif app == "agent":
             text = AGENT_TEMPLATE.format(name=name, a=12 + k, b=3 + k % 7)
+        elif app == "graph":
+            text = GRAPH_TEMPLATE.format(name=name)
         else:
             templates = CLASS_TEMPLATES if doc["text"].startswith("class ") else DOC_QA_TEMPLATES
             text = templates[k % len(templates)].format(name=name)
