@@ -145,7 +145,9 @@ class OptimizedGraphMixin:
                 opaque += [(f"node {plan.name}: {label}", why) for label, why in fast.plan.capturer.opaque]
                 lines.append(f"  {plan.name}: lowered ({fast.plan.root.label()})")
                 last_graph = fast.last_graph or last_graph
-        notes = ["LangGraph's Pregel loop runs the graph (state, checkpoints, interrupts, streams as stock); "
+        notes = [] if any(p.kind != "opaque" for p in self.ayo_plan.nodes.values()) else [
+            "no node is lowered: the whole chain is one opaque node per graph node, each the user's own code"]
+        notes += ["LangGraph's Pregel loop runs the graph (state, checkpoints, interrupts, streams as stock); "
                  "lowered nodes run on Ayo's runtime, their model calls through Ayo's LLM engine"]
         return explanation(f"Ayo plan for graph {self.get_name()}", graph=last_graph, trace=self.last_trace,
                            modules=modules, opaque=opaque, module_lines=lines, notes=notes)

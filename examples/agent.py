@@ -1,11 +1,14 @@
-"""agent — LangChain: a ReAct agent with a web-search tool and a calculator.
+"""agent — LangChain v1: ``create_agent`` with a web-search tool and a calculator.
 
-The classic ReAct loop (``create_react_agent`` + ``AgentExecutor``): the model
-thinks, picks a tool, reads the observation, and goes again until it gives a final
-answer, so how many model and tool calls a question takes is only known while it
-runs. The search tool calls the loopback search service
-(``ayo_examples.search_service``). Stock LangChain code; the optimized app is the same
-executor after one line: ``ayo_langchain.optimize(agent_executor)``.
+LangChain v1's agent (``langchain.agents.create_agent``, a LangGraph graph): the chat model is
+called with the tools bound; when its message has tool calls, LangGraph's ``ToolNode`` runs them
+(concurrently) and the model goes again with their results, until it answers without a tool
+call. How many model and tool calls a question takes is only known while it runs. The search
+tool calls the loopback search service (``ayo_examples.search_service``). Tool calling needs a
+server that parses tool calls (``ayo serve --tool-calling``: a tool-aware chat template and
+vLLM's hermes parser); the app uses ``$AYO_TOOLS_LLM_URL`` when set, else the app's LLM URL.
+Stock LangChain code; the optimized app is the same agent after one line:
+``ayo_langchain.optimize(agent)``.
 
     python -m examples.agent            # stock, first question
     python -m examples.agent --ayo      # optimized
@@ -15,54 +18,24 @@ from __future__ import annotations
 
 import ast
 import operator
+import os
 from typing import Any
 
 import httpx
-from langchain_classic.agents import AgentExecutor, create_react_agent
-from langchain_core.prompts import PromptTemplate
-from langchain_core.runnables import Runnable
-from langchain_core.tools import Tool
-from langchain_openai import OpenAI
+from langchain.agents import create_agent
+from langchain_core.tools import StructuredTool
+from langchain_openai import ChatOpenAI
 
 from .common import EnginesConfig, answer_text
 
 FRAMEWORK = "langchain"
 
-REACT_PROMPT = PromptTemplate.from_template(
-    """Answer the following questions as best you can. You have access to the following tools:
-
-{tools}
-
-Use the following format:
-
-Question: the input question you must answer
-Thought: you should always think about what to do
-Action: the action to take, should be one of [{tool_names}]
-Action Input: the input to the action
-Observation: the result of the action
-... (this Thought/Action/Action Input/Observation can repeat N times)
-Thought: I now know the final answer
-Final Answer: the final answer to the original input question
-
-For example:
-
-Question: Look up json.loads in the Python docs and say what it does, then compute 2 * 21.
-Thought: I should search the docs for json.loads.
-Action: search
-Action Input: json.loads
-Observation: [json.loads] Deserialize s (a str, bytes or bytearray instance containing a JSON document) to a Python object.
-Thought: Now I compute 2 * 21.
-Action: calculator
-Action Input: 2 * 21
-Observation: 42
-Thought: I now know the final answer
-Final Answer: json.loads turns a JSON document into a Python object. 2 * 21 = 42.
-
-Begin!
-
-Question: {input}
-Thought:{agent_scratchpad}"""
+SYSTEM_PROMPT = (
+    "You answer questions about Python's standard library. You have two tools: search (looks a name up in "
+    "the Python docs) and calculator (does arithmetic). Call them when the question needs them, then answer "
+    "in one or two sentences using their results."
 )
+RECURSION_LIMIT = 8  # model -> tools -> model ... : at most 3 model calls and their tool calls
 
 _OPERATORS = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -88,47 +61,57 @@ def calculate(expression: str) -> str:
         return f"Could not calculate {expression!r}: {exc}"
 
 
-def make_search_tool(url: str, k: int = 1) -> Tool:
+def make_search_tool(url: str, k: int = 1) -> Any:
     def to_text(payload: dict[str, Any]) -> str:
         return "\n".join(f"[{r['title']}] {r['text'][:200]}" for r in payload["results"]) or "No results."
 
     def search(query: str) -> str:
+        """Look a name up in the Python documentation (a short query like json.loads)."""
         return to_text(httpx.get(f"{url}/search", params={"q": query, "k": k}, timeout=30).json())
 
     async def asearch(query: str) -> str:
         async with httpx.AsyncClient(timeout=30) as client:
             return to_text((await client.get(f"{url}/search", params={"q": query, "k": k})).json())
 
-    return Tool(name="search", func=search, coroutine=asearch,
-                description="Search the Python documentation. Input: a short search query.")
+    return StructuredTool.from_function(func=search, coroutine=asearch, name="search")
 
 
-def build_stock(cfg: EnginesConfig) -> Runnable:
-    # The classic ReAct setup: a completion model continues the "Thought:" text.
-    llm = OpenAI(model=cfg.model, base_url=cfg.llm_url, api_key="unused", temperature=0.0,
-                 max_tokens=cfg.max_tokens)
+def calculator(expression: str) -> str:
+    """Do arithmetic on an expression like 12 * 7."""
+    return calculate(expression)
+
+
+def tools_llm_url(cfg: EnginesConfig) -> str:
+    """The tool-calling server: ``$AYO_TOOLS_LLM_URL`` (``ayo serve --tool-calling``), else the app's."""
+    return os.environ.get("AYO_TOOLS_LLM_URL") or cfg.llm_url
+
+
+def build_stock(cfg: EnginesConfig) -> Any:
+    llm = ChatOpenAI(model=cfg.model, base_url=tools_llm_url(cfg), api_key="unused", temperature=0.0,
+                     max_tokens=cfg.max_tokens)
     if not cfg.search_url:
         raise ValueError("agent needs EnginesConfig.search_url: start ayo_examples.search_service.SearchService")
-    tools = [
-        make_search_tool(cfg.search_url),
-        Tool(name="calculator", func=calculate, description="Do arithmetic. Input: an expression like 12 * 7."),
-    ]
-    agent = create_react_agent(llm, tools, REACT_PROMPT)
-    return AgentExecutor(agent=agent, tools=tools, max_iterations=3, handle_parsing_errors=True)
+    tools = [make_search_tool(cfg.search_url), StructuredTool.from_function(calculator)]
+    return create_agent(llm, tools, system_prompt=SYSTEM_PROMPT).with_config(recursion_limit=RECURSION_LIMIT)
 
 
-def build_optimized(cfg: EnginesConfig) -> Runnable:
+def build_optimized(cfg: EnginesConfig) -> Any:
     import ayo_langchain
 
     return ayo_langchain.optimize(build_stock(cfg))
 
 
+def final_answer(state: dict[str, Any]) -> str:
+    """The agent's answer: the last message's text (the model's reply without tool calls)."""
+    return answer_text(state["messages"][-1].content)
+
+
 def run(app: Any, item: dict[str, Any]) -> str:
-    return answer_text(app.invoke({"input": item["question"]}))
+    return final_answer(app.invoke({"messages": [("user", item["question"])]}))
 
 
 async def arun(app: Any, item: dict[str, Any]) -> str:
-    return answer_text(await app.ainvoke({"input": item["question"]}))
+    return final_answer(await app.ainvoke({"messages": [("user", item["question"])]}))
 
 
 if __name__ == "__main__":
