@@ -34,6 +34,9 @@ from ayo_shims import langgraph as lg
 
 log = logging.getLogger(__name__)
 START_NODE = "__start__"  # LangGraph's input node: writes the input into the channels, no user code
+AGENT_MODEL_NODES = ("model", "agent")  # create_agent's and create_react_agent's model-call node
+AGENT_MODEL_REASON = ("the agent's model call with tools bound (LangGraph's own node code): Ayo's engine client "
+                      "does not carry tool-calling requests, so the model's own client sends it")
 
 
 @dataclass
@@ -53,11 +56,15 @@ class GraphPlan:
         self.options = options
         self.nodes: dict[str, NodePlan] = {}
         self.new_nodes: dict[str, Any] = {}
+        tool_node = lg.tool_node_class()
+        agent = tool_node is not None and any(isinstance(lg.node_bound(n), tool_node) for n in graph.nodes.values())
         for name, node in graph.nodes.items():
             if name == START_NODE:
                 self.new_nodes[name] = node
                 continue
             plan = plan_node(name, lg.node_bound(node), options, runtime)
+            if agent and name in AGENT_MODEL_NODES and plan.kind == "opaque":
+                plan.reason = AGENT_MODEL_REASON
             self.nodes[name] = plan
             self.new_nodes[name] = node if plan.optimized is None else lg.with_bound(node, plan.optimized)
 

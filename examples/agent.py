@@ -106,6 +106,17 @@ def final_answer(state: dict[str, Any]) -> str:
     return answer_text(state["messages"][-1].content)
 
 
+def loop_outcome(state: dict[str, Any]) -> dict[str, Any]:
+    """How the loop went: model calls, tool calls (valid ones: a known tool whose arguments it accepted),
+    and whether it ended with an answer (a last model message with text and no tool call)."""
+    ai = [m for m in state["messages"] if m.type == "ai"]
+    tool_msgs = [m for m in state["messages"] if m.type == "tool"]
+    last = state["messages"][-1]
+    return {"model_calls": len(ai), "tool_calls": sum(len(m.tool_calls) for m in ai),
+            "valid_tool_calls": sum(getattr(m, "status", "success") != "error" for m in tool_msgs),
+            "answered": last.type == "ai" and not last.tool_calls and bool(str(last.content).strip())}
+
+
 def run(app: Any, item: dict[str, Any]) -> str:
     return final_answer(app.invoke({"messages": [("user", item["question"])]}))
 

@@ -20,10 +20,12 @@ pytestmark = pytest.mark.llm
 
 
 @pytest.fixture(scope="module")
-def cfg(llm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnginesConfig]:
+def cfg(tools_llm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnginesConfig]:
+    # the agent app needs tool calls; the tool-calling server renders every tool-less request as the
+    # default one does, so all apps share it
     chroma_dir: Path = tmp_path_factory.mktemp("chroma")
     with SearchService(latency_s=0.05) as search:
-        yield EnginesConfig(llm_url=llm_url, max_tokens=32, chroma_dir=str(chroma_dir), search_url=search.url)
+        yield EnginesConfig(llm_url=tools_llm_url, max_tokens=32, chroma_dir=str(chroma_dir), search_url=search.url)
 
 
 @pytest.mark.parametrize("app", APPS)
