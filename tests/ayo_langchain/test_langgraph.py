@@ -295,3 +295,28 @@ def test_subgraph_node_is_optimized_too(llm_url: str) -> None:
     assert fast.ayo_plan.nodes["inner"].kind == "subgraph"
     x = {"question": "What is a set?"}
     assert normalized(fast.invoke(x)) == normalized(stock.invoke(x))
+
+
+def test_interrupt_inside_a_lowered_node(llm_url: str) -> None:
+    """``interrupt()`` in a lambda of an LCEL node Ayo lowers: the same pause and resume as stock."""
+    def build() -> Any:
+        def ask(x: dict[str, Any]) -> dict[str, Any]:
+            return {**x, "verdict": interrupt({"question": x["question"]})}
+
+        node = (RunnableLambda(ask) | ChatPromptTemplate.from_template("Say {verdict} about {question}")
+                | chat(llm_url, 8) | StrOutputParser() | (lambda t: {"summary": t}))
+        g = StateGraph(State)
+        g.add_node("ask", node)
+        g.add_edge(START, "ask")
+        return g.compile(checkpointer=InMemorySaver())
+
+    async def paused_then_resumed(graph: Any) -> tuple[Any, Any]:
+        cfg = {"configurable": {"thread_id": "t-2"}}
+        first = await graph.ainvoke({"question": "sets"}, cfg)
+        return first["__interrupt__"][0].value, await graph.ainvoke(Command(resume="yes"), cfg)
+
+    fast = ayo_langchain.optimize(build())
+    assert fast.ayo_plan.nodes["ask"].kind == "lowered"
+    want = asyncio.run(paused_then_resumed(build()))
+    assert asyncio.run(paused_then_resumed(fast)) == want
+    assert want[0] == {"question": "sets"} and want[1]["summary"]
