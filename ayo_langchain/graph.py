@@ -67,6 +67,24 @@ class GraphPlan:
                 plan.reason = AGENT_MODEL_REASON
             self.nodes[name] = plan
             self.new_nodes[name] = node if plan.optimized is None else lg.with_bound(node, plan.optimized)
+        self.early_tools = None
+        if agent:
+            self._start_tools_early(graph)
+
+    def _start_tools_early(self, graph: Any) -> None:
+        """An agent's tool calls start from the model's stream (:mod:`ayo_langchain.agent`)."""
+        from ayo_langchain.agent import early_tool_nodes
+
+        bodies = {n: lg.node_bound(node) for n, node in graph.nodes.items() if self.nodes.get(n, NodePlan(n, "")).kind
+                  == "opaque"}
+        found = early_tool_nodes(bodies)
+        if found is None:
+            return
+        self.early_tools, replaced = found
+        for name, body in replaced.items():
+            self.new_nodes[name] = lg.with_bound(graph.nodes[name], body)
+            self.nodes[name].reason += ("; its tool calls start as soon as their arguments are complete in the "
+                                        "model's stream (when the model streams)")
 
     def traces(self) -> list[Any]:
         """The traces of the nodes' last calls, oldest first (each node call is one Ayo query)."""

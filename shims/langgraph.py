@@ -84,3 +84,39 @@ def tool_node_class() -> type | None:
     except ImportError:
         return None
     return ToolNode
+
+
+TOOL_NODE_TOOLS = declare(
+    "langgraph.prebuilt.tool_node.ToolNode._tools_by_name", framework=LANGGRAPH, checked="langgraph-prebuilt 1.x "
+    "(checked 1.1.3)",
+    why="an agent's ToolNode is copied with tools that take a result started early (as soon as the model's stream "
+        "completed the call's arguments); the copy keeps every other setting (error handling, wrappers)",
+    check=all_of(has_attr("langgraph.prebuilt.tool_node", "ToolNode", "tools_by_name", "_func", "_afunc"),
+                 has_attr("langgraph._internal._runnable", "RunnableCallable", "invoke", "ainvoke")))
+
+
+def tool_node_with_tools(tool_node: Any, tools_by_name: dict[str, Any]) -> Any:
+    """A shallow copy of ``tool_node`` that runs ``tools_by_name`` (same names) instead of its tools."""
+    import copy
+
+    copied = copy.copy(tool_node)
+    copied._tools_by_name = dict(tools_by_name)
+    # RunnableCallable keeps the functions it runs as bound methods of the original node: rebind them
+    copied.func, copied.afunc = copied._func, copied._afunc
+    return copied
+
+
+STREAMING_HANDLER = declare(
+    "langchain_core.tracers._streaming._StreamingCallbackHandler", framework="langchain-core",
+    checked="1.x (checked 1.8.3)",
+    why="a chat model streams its answer when a handler of this class listens (LangGraph's stream_mode='messages'): "
+        "only then do tool calls arrive part by part, and only then does Ayo start them early",
+    check=importable("langchain_core.tracers._streaming", "_StreamingCallbackHandler"))
+
+
+def makes_model_stream(callbacks: Any) -> bool:
+    """Whether a chat model called with ``callbacks`` streams (a streaming handler listens)."""
+    from langchain_core.tracers._streaming import _StreamingCallbackHandler
+
+    handlers = getattr(callbacks, "handlers", callbacks) or []
+    return isinstance(handlers, list) and any(isinstance(h, _StreamingCallbackHandler) for h in handlers)

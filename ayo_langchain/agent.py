@@ -1,0 +1,191 @@
+"""Agents (``create_agent``, ``create_react_agent``): each tool call starts as soon as its arguments
+are complete in the model's stream, while the rest of the message still decodes.
+
+Stock LangGraph runs an agent's tools once the model node has returned the whole message. When
+the model streams (under ``stream_mode="messages"`` / ``astream_events``, where LangGraph's
+streaming handler listens), a tool call's arguments are complete as soon as the next call's
+chunks begin; Ayo starts that call's tool function right then. The agent's ``ToolNode`` is a
+copy whose tools, called for a call that already started, wait for that result inside the
+tool's own ``ainvoke`` (so the tool's callbacks, output formatting and ``ToolNode``'s error
+handling are stock's; a tool that raised raises there, where stock's does). Independent calls
+run concurrently, as in stock.
+
+Kept out, on purpose: a model call that does not stream (stock's ``invoke`` / ``ainvoke``
+without a streaming handler: streaming it would change the message's metadata), sync calls,
+tools that are not ``StructuredTool`` functions or that take injected arguments (state, store,
+the tool call id), and arguments the tool's schema rejects: those run when the tools node runs
+them, as stock. A tool started early runs even if the model call fails after the call's
+arguments were complete (stock would not run it): the price of the early start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import ensure_config, set_config_context
+from langchain_core.tools import StructuredTool
+
+from ayo_shims import langgraph as lg
+
+log = logging.getLogger(__name__)
+
+
+def eligible(tool: Any) -> bool:
+    """A tool whose function Ayo may start from the model's stream (see the module doc)."""
+    if not isinstance(tool, StructuredTool) or (tool.func is None and tool.coroutine is None):
+        return False
+    schema, call_schema = tool.args_schema, tool.tool_call_schema
+    fields = getattr(schema, "model_fields", None)
+    return isinstance(fields, dict) and fields.keys() == getattr(call_schema, "model_fields", {}).keys()
+
+
+class EarlyToolCalls:
+    """The tool calls of one optimized agent started from the model's stream, by tool call id."""
+
+    def __init__(self, tools: dict[str, Any]) -> None:
+        self.tools = tools  # name -> the user's (eligible) tool
+        self.started: dict[str, asyncio.Future] = {}
+        self.log: deque[dict[str, Any]] = deque(maxlen=256)  # what explain() and the benchmarks show
+
+    def start(self, call: dict[str, Any], message_run: Any) -> None:
+        tool = self.tools.get(call["name"])
+        if tool is None or not call.get("id") or call["id"] in self.started:
+            return
+        try:  # the tool's own schema, as its ainvoke validates them
+            validated = tool.args_schema.model_validate(call["args"])
+        except Exception:  # stock's tools node reports the bad arguments
+            return
+        kwargs = {k: getattr(validated, k) for k in call["args"] if k in tool.args_schema.model_fields}
+        run = tool.coroutine(**kwargs) if tool.coroutine is not None else asyncio.to_thread(tool.func, **kwargs)
+        self.started[call["id"]] = asyncio.ensure_future(run)
+        self.log.append({"id": call["id"], "tool": call["name"], "started": time.perf_counter(),
+                         "message_run": message_run, "message_end": None})
+
+    def message_ended(self, message_run: Any) -> None:
+        now = time.perf_counter()
+        for entry in self.log:
+            if entry["message_run"] == message_run and entry["message_end"] is None:
+                entry["message_end"] = now
+
+    def take(self, call_id: Any) -> asyncio.Future | None:
+        return self.started.pop(call_id, None) if isinstance(call_id, str) else None
+
+    def started_before_message_end(self) -> list[tuple[str, float]]:
+        """(tool, seconds before its model message ended) of every early start logged."""
+        return [(e["tool"], e["message_end"] - e["started"]) for e in self.log if e["message_end"] is not None]
+
+
+class ToolCallWatcher(AsyncCallbackHandler):
+    """Reads a streaming model's tool-call chunks; a call is complete when the next one begins."""
+
+    run_inline = True  # in order, on the model's task
+
+    def __init__(self, early: EarlyToolCalls) -> None:
+        self.early = early
+        self.calls: dict[Any, dict[int, dict[str, Any]]] = {}  # model run -> index -> call so far
+        self.done: dict[Any, set[int]] = {}
+
+    async def on_llm_new_token(self, token: str, *, chunk: Any = None, run_id: Any = None, **kw: Any) -> None:
+        for part in getattr(getattr(chunk, "message", None), "tool_call_chunks", None) or []:
+            index = part.get("index") or 0
+            if index in self.done.setdefault(run_id, set()):
+                continue
+            call = self.calls.setdefault(run_id, {}).setdefault(index, {"name": "", "args": "", "id": None})
+            call["name"] += part.get("name") or ""
+            call["args"] += part.get("args") or ""
+            call["id"] = call["id"] or part.get("id")
+            for earlier in [i for i in self.calls[run_id] if i < index]:
+                self._complete(run_id, earlier)
+
+    async def on_llm_end(self, response: Any, *, run_id: Any = None, **kw: Any) -> None:
+        for index in list(self.calls.get(run_id, {})):
+            self._complete(run_id, index)
+        self.early.message_ended(run_id)
+        self.calls.pop(run_id, None)
+        self.done.pop(run_id, None)
+
+    async def on_llm_error(self, error: BaseException, *, run_id: Any = None, **kw: Any) -> None:
+        self.calls.pop(run_id, None)
+        self.done.pop(run_id, None)
+
+    def _complete(self, run_id: Any, index: int) -> None:
+        call = self.calls[run_id].pop(index)
+        self.done[run_id].add(index)
+        try:
+            args = json.loads(call["args"] or "{}")
+        except ValueError:
+            return
+        if isinstance(args, dict):
+            self.early.start({"name": call["name"], "args": args, "id": call["id"]}, run_id)
+
+
+class EarlyToolsModelNode(Runnable):
+    """The agent's model node, watching its stream for complete tool calls (async, streaming only)."""
+
+    def __init__(self, bound: Runnable, early: EarlyToolCalls) -> None:
+        self.bound = bound
+        self.early = early
+
+    def get_name(self, suffix: str | None = None, *, name: str | None = None) -> str:
+        return self.bound.get_name(suffix, name=name)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self.bound.invoke(input, config, **kwargs)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = ensure_config(config)
+        callbacks = config.get("callbacks")
+        if not lg.makes_model_stream(callbacks) or not hasattr(callbacks, "copy"):
+            return await self.bound.ainvoke(input, config, **kwargs)
+        manager = callbacks.copy()
+        manager.add_handler(ToolCallWatcher(self.early), inherit=True)
+        watched: RunnableConfig = {**config, "callbacks": manager}
+        # the agent's node code calls its model with the config of the running context (LangGraph set the
+        # node's): run it in a context whose config carries the watcher, as LangGraph runs a node
+        with set_config_context(watched) as context:
+            return await asyncio.create_task(self.bound.ainvoke(input, watched, **kwargs), context=context)
+
+
+def early_tool(tool: StructuredTool, early: EarlyToolCalls) -> StructuredTool:
+    """A copy of ``tool`` whose ``ainvoke`` of a call started early waits for that start's result
+    inside the tool's own ``ainvoke`` (callbacks, formatting, errors as stock)."""
+    cls = type(tool)
+
+    async def ainvoke(self: Any, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        started = early.take(input.get("id")) if isinstance(input, dict) else None
+        if started is None:
+            return await cls.ainvoke(self, input, config, **kwargs)
+
+        async def result(*_args: Any, **_kwargs: Any) -> Any:
+            return await started
+
+        return await cls.ainvoke(self.model_copy(update={"coroutine": result}), input, config, **kwargs)
+
+    # one subclass per tool (pydantic refuses unknown instance attributes: the board rides in the closure)
+    early_cls = type(f"EarlyStart{cls.__name__}", (cls,), {"ainvoke": ainvoke, "__module__": __name__})
+    return early_cls.model_construct(**{name: getattr(tool, name) for name in cls.model_fields})
+
+
+def early_tool_nodes(nodes: dict[str, Any]) -> tuple[EarlyToolCalls, dict[str, Any]] | None:
+    """For an agent graph's node bodies (name -> bound runnable): the early-start board and the new
+    bodies of its model and tools nodes; None when nothing can start early."""
+    tool_node_cls = lg.tool_node_class()
+    tools_name = next((n for n, b in nodes.items() if tool_node_cls is not None and isinstance(b, tool_node_cls)), None)
+    model_name = next((n for n in ("model", "agent") if n in nodes), None)
+    if tools_name is None or model_name is None:
+        return None
+    tool_node = nodes[tools_name]
+    tools = {name: t for name, t in tool_node.tools_by_name.items() if eligible(t)}
+    if not tools:
+        return None
+    early = EarlyToolCalls(tools)
+    new_tools = {name: early_tool(t, early) if name in tools else t for name, t in tool_node.tools_by_name.items()}
+    return early, {model_name: EarlyToolsModelNode(nodes[model_name], early),
+                   tools_name: lg.tool_node_with_tools(tool_node, new_tools)}
