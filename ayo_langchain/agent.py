@@ -35,6 +35,7 @@ from langchain_core.tools import StructuredTool
 from ayo_shims import langgraph as lg
 
 log = logging.getLogger(__name__)
+MAX_UNTAKEN = 1024  # early starts kept for the tools node; older ones (never taken) are dropped
 
 
 def eligible(tool: Any) -> bool:
@@ -65,6 +66,8 @@ class EarlyToolCalls:
         kwargs = {k: getattr(validated, k) for k in call["args"] if k in tool.args_schema.model_fields}
         run = tool.coroutine(**kwargs) if tool.coroutine is not None else asyncio.to_thread(tool.func, **kwargs)
         self.started[call["id"]] = asyncio.ensure_future(run)
+        while len(self.started) > MAX_UNTAKEN:  # starts no tools node took (the model call failed after them)
+            self.started.pop(next(iter(self.started)))
         self.log.append({"id": call["id"], "tool": call["name"], "started": time.perf_counter(),
                          "message_run": message_run, "message_end": None})
 

@@ -170,6 +170,11 @@ class OptimizedGraphMixin:
                 opaque += [(f"node {plan.name}: {label}", why) for label, why in fast.plan.capturer.opaque]
                 lines.append(f"  {plan.name}: lowered ({fast.plan.root.label()})")
                 last_graph = fast.last_graph or last_graph
+        early = self.ayo_plan.early_tools
+        if early is not None:
+            lines.append(f"  tools started from the model's stream: {sorted(early.tools)}")
+            lines += [f"    {tool}: started {ahead:.3f} s before its model message ended"
+                      for tool, ahead in early.started_before_message_end()[-8:]]
         notes = [] if any(p.kind != "opaque" for p in self.ayo_plan.nodes.values()) else [
             "no node is lowered: the whole chain is one opaque node per graph node, each the user's own code"]
         notes += ["LangGraph's Pregel loop runs the graph (state, checkpoints, interrupts, streams as stock); "

@@ -138,6 +138,7 @@ def test_tool_starts_before_the_model_message_ends_and_the_run_is_stock() -> Non
     early = dict(fast.ayo_plan.early_tools.started_before_message_end())
     assert early["search"] > 2 * CHUNK_DELAY and "calculator" in early  # the last call starts at the end
     assert not fast.ayo_plan.early_tools.started  # every early start was taken by the tools node
+    assert "search: started" in fast.explain()
 
 
 def test_without_a_streaming_model_nothing_starts_early() -> None:

@@ -107,6 +107,11 @@ def test_agent_stream_modes_and_callbacks(tools_llm_url: str) -> None:
 
     assert tokens(fast) == tokens(stock)
 
+    async def atokens(graph: Any) -> list[tuple[str, str]]:  # the async stream: where Ayo watches for tool calls
+        return [(m["langgraph_node"], c.content) async for c, m in graph.astream(x, stream_mode="messages")]
+
+    assert asyncio.run(atokens(fast)) == asyncio.run(atokens(stock))
+
     class Names(BaseCallbackHandler):
         def __init__(self) -> None:
             self.names: list[str] = []
