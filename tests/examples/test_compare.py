@@ -159,3 +159,12 @@ def test_a_failing_optimized_run_is_counted_not_hidden() -> None:
     assert s["ayo_errors"] == 3 and s["stock_errors"] == 0 and "ayo_median_s" not in s
     assert all("adapter bug" in r["ayo_error"] for r in out["pairs"])
     compare.print_latency("fake", s, "")  # must not raise
+
+
+def test_results_go_outside_the_repository_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    assert not compare.default_results_dir().resolve().is_relative_to(repo)
+    monkeypatch.setenv("AYO_HOME", str(tmp_path))
+    assert compare.default_results_dir() == tmp_path / "results"
+    assert compare.parse_args(["naive_rag"]).out == str(tmp_path / "results")
+    assert compare.parse_args(["naive_rag", "--out", "benchmarks/results"]).out == "benchmarks/results"
