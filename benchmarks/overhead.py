@@ -114,10 +114,11 @@ Pipeline = tuple[Any, Any, Callable[[Any], Any], Callable[[Any], Any]]
 
 
 def langchain_chain(url: str) -> Pipeline:
-    import ayo_langchain
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_openai import ChatOpenAI
+
+    import ayo_langchain
 
     llm = ChatOpenAI(model=MODEL, base_url=url, api_key="unused", temperature=0, max_tokens=16)
     chain = ChatPromptTemplate.from_template("Answer briefly: {question}") | llm | StrOutputParser()
@@ -138,8 +139,9 @@ def _llamaindex_parts(url: str) -> tuple[Any, Any, list[Any]]:
 
 
 def llamaindex_query_engine(url: str) -> Pipeline:
-    import ayo_llamaindex
     from llama_index.core import VectorStoreIndex
+
+    import ayo_llamaindex
 
     llm, embed, docs = _llamaindex_parts(url)
     index = VectorStoreIndex.from_documents(docs, embed_model=embed)
@@ -149,8 +151,9 @@ def llamaindex_query_engine(url: str) -> Pipeline:
 
 
 def llamaindex_docqa(url: str) -> Pipeline:
-    import ayo_llamaindex
     from llama_index.core import VectorStoreIndex
+
+    import ayo_llamaindex
 
     llm, embed, docs = _llamaindex_parts(url)
 
