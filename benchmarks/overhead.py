@@ -4,8 +4,9 @@
     python benchmarks/overhead.py -n 100 --profile langchain_chain
 
 **Fake engines** (said here and printed): the LLM is a loopback OpenAI-compatible stub that
-answers at once (``InstantOpenAI``, the same few words for every prompt), the LlamaIndex
-embedder is ``MockEmbedding``. With engines that cost nothing, every microsecond the optimized
+answers at once (``InstantOpenAI``, the same few words for every prompt; it describes itself
+as this machine's vLLM-CPU does, so Ayo sends no early-prefill requests, as on a CPU server),
+the LlamaIndex embedder is ``MockEmbedding``. With engines that cost nothing, every microsecond the optimized
 call takes beyond stock's is Ayo's: capture, lowering, passes, scheduling, the hops to Ayo's
 loop and back, event replay, the interception hooks. Both sides talk to the same stub over
 the same HTTP client stack, so the stub's cost cancels in the difference.
@@ -34,6 +35,7 @@ import pstats
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -49,6 +51,9 @@ class InstantOpenAI:
     """A loopback OpenAI-compatible server that answers every completion at once (a fake engine)."""
 
     def __init__(self) -> None:
+        self.requests: Counter[str] = Counter()  # by "METHOD path": what each side asks of the server
+        stub = self
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             # headers and body leave in two writes: with Nagle on, the body waits for the client's
@@ -59,10 +64,12 @@ class InstantOpenAI:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                stub.requests[f"POST {self.path}"] += 1
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
                 if not self.path.endswith("completions"):  # /tokenize and friends: not this server
                     self._send(404, b'{"error": {"message": "not found"}}', "application/json")
                     return
+                body = json.loads(raw)
                 chat = "messages" in body
                 usage = {"prompt_tokens": 8, "completion_tokens": 7, "total_tokens": 15}
                 if body.get("stream"):
@@ -87,7 +94,16 @@ class InstantOpenAI:
                 self._send(200, json.dumps(out).encode(), "application/json")
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                self._send(404, b"{}", "application/json")
+                stub.requests[f"GET {self.path}"] += 1
+                # what this machine's vLLM-CPU says of itself, so Ayo's device rule decides as it does
+                # there (no early prefill on a CPU server); see ayo_core.engines.device
+                if self.path == "/server_info":
+                    self._send(200, b"vllm_config: device_config=cpu", "text/plain")
+                elif self.path == "/metrics":
+                    self._send(200, b'vllm:cache_config_info{block_size="32",enable_prefix_caching="True"} 1.0\n',
+                               "text/plain")
+                else:
+                    self._send(404, b"{}", "application/json")
 
             def _send(self, status: int, payload: bytes, kind: str) -> None:
                 self.send_response(status)
@@ -207,19 +223,34 @@ async def paired(pipeline: Pipeline, n: int, use_async: bool) -> dict[str, Any]:
 
 
 def profile(pipeline: Pipeline, n: int) -> None:
-    """cProfile of ``n`` optimized async calls: the top of the cumulative-time list."""
+    """cProfile of ``n`` optimized async calls, on the caller's thread and on Ayo's loop thread."""
+    import threading
+
+    from ayo_core.runtime.bridge import BRIDGE
+
     _, fast, acall, _ = pipeline
 
     async def calls() -> None:
         for _ in range(n):
             await acall(fast)
 
-    asyncio.run(calls())  # warm
-    prof = cProfile.Profile()
-    prof.enable()
+    asyncio.run(calls())  # warm: the loop thread exists now
+    caller, on_loop = cProfile.Profile(), cProfile.Profile()
+    started = threading.Event()
+    BRIDGE.loop().call_soon_threadsafe(lambda: (on_loop.enable(), started.set()))
+    started.wait(10)
+    caller.enable()
+    t0 = time.perf_counter()
     asyncio.run(calls())
-    prof.disable()
-    pstats.Stats(prof).sort_stats("cumulative").print_stats(35)
+    elapsed = time.perf_counter() - t0
+    caller.disable()
+    stopped = threading.Event()
+    BRIDGE.loop().call_soon_threadsafe(lambda: (on_loop.disable(), stopped.set()))
+    stopped.wait(10)
+    print(f"{n} optimized calls in {elapsed:.3f} s ({elapsed / n * 1e3:.2f} ms per call)")
+    for name, prof in (("caller's thread", caller), ("Ayo's loop thread", on_loop)):
+        print(f"\n==== {name}: by own time ====")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(20)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.profile:
             profile(PIPELINES[args.profile](server.url), args.n)
+            print(f"requests the stub server saw (warm-up + profiled run, optimized only): {dict(server.requests)}")
             return 0
         results = {}
         for name in args.only or PIPELINES:
