@@ -128,8 +128,13 @@ def dtype_of(model_root: str | None) -> str | None:
     return match.group(1) if match else None
 
 
-def collect(llm_url: str, started_by_ayo: bool, dtype: str) -> dict[str, Any]:
-    """The ``provenance`` object of a results file (see the module docstring)."""
+def collect(llm_url: str | None, started_by_ayo: bool, dtype: str) -> dict[str, Any]:
+    """The ``provenance`` object of a results file (see the module docstring); ``llm_url=None``:
+    no LLM server took part (a benchmark on fake engines), ``server`` is None."""
+    head = {"schema": SCHEMA, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "git": git_state(), "ayo_version": ayo_version(), "machine": machine()}
+    if llm_url is None:
+        return {**head, "server": None}
     server = server_facts(llm_url)
     if started_by_ayo:
         server.update(url_given=False, dtype=dtype, dtype_source="the dtype Ayo launched the server with",
@@ -138,5 +143,4 @@ def collect(llm_url: str, started_by_ayo: bool, dtype: str) -> dict[str, Any]:
         server.update(url_given=True, dtype=dtype_of(server["model_root"]),
                       dtype_source="inferred from the served model's folder name (server given by AYO_LLM_URL)",
                       launch_flags=None)
-    return {"schema": SCHEMA, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "git": git_state(), "ayo_version": ayo_version(), "machine": machine(), "server": server}
+    return {**head, "server": server}
