@@ -9,6 +9,7 @@ documents from ``examples/data/advanced_rag.json``):
 * ``docqa``: document QA, the question's documents indexed per call (SentenceSplitter, Chroma
   ``PersistentClient``, ``HuggingFaceEmbedding``), ``as_query_engine(similarity_top_k=3,
   response_mode="compact", use_async=True)``;
+* ``docqa_async``: the same function written ``async def`` with ``await engine.aquery()``;
 * ``docqa_advanced``: the same per-call indexing, then ``QueryFusionRetriever`` (3 queries,
   reciprocal rerank) + ``LLMRerank`` (batches of 2) + ``refine``, called with a plain
   ``query()`` as users write it (**stock's default, sync path**: ``LLMRerank`` runs its
@@ -69,8 +70,9 @@ from ayo_bench import provenance  # noqa: E402 - after the environment defaults 
 from ayo_bench.bound import busiest_engine_bound, work_from_trace  # noqa: E402
 from ayo_core.models import ayo_home  # noqa: E402
 
-CONFIGS = ("docqa", "docqa_advanced", "docqa_advanced_async", "advanced", "advanced_tree")
+CONFIGS = ("docqa", "docqa_async", "docqa_advanced", "docqa_advanced_async", "advanced", "advanced_tree")
 STOCK_PATH = {"docqa": "sync query() in a worker thread (users' default)",
+              "docqa_async": "async def + aquery (stock's best)",
               "docqa_advanced": "sync query() in a worker thread (users' default)",
               "docqa_advanced_async": "async def + aquery (stock's best)",
               "advanced": "aquery (stock's best)", "advanced_tree": "aquery (stock's best)"}

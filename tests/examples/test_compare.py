@@ -64,7 +64,7 @@ def test_statistics_helpers() -> None:
     assert compare.first_difference("abc", "abcdef") == 3
 
 
-def test_latency_run_alternates_and_summarizes() -> None:
+def test_latency_run_alternates_and_summarizes(capsys: pytest.CaptureFixture[str]) -> None:
     out = asyncio.run(compare.run_latency(fake_pair(), QUESTIONS, warmup=1))
     rows, s = out["pairs"], out["summary"]
     assert [r["first"] for r in rows] == ["stock", "ayo"] * 3  # order flips every pair
@@ -76,6 +76,9 @@ def test_latency_run_alternates_and_summarizes() -> None:
     assert s["efficiency_median"] == pytest.approx(0.5, abs=0.1)
     assert s["gap_median_s"]["other_engine"] == pytest.approx(s["gap_median_s"]["gap"], abs=0.002)
     assert 0 <= s["ayo_overhead_median_s"] < 0.01 and s["ayo_overhead_recorded_median_s"] == pytest.approx(0.002)
+    compare.print_latency("fake", s, "")
+    printed = capsys.readouterr().out
+    assert "busiest engine" in printed and "below 1: see the gap" in printed
     assert s["balanced_ratio"] == pytest.approx((s["median_ratio_stock_first"] * s["median_ratio_ayo_first"]) ** 0.5)
 
 
