@@ -31,7 +31,7 @@ from typing import Any
 
 log = logging.getLogger("ayo.compare.recorder")
 _HOP_BY_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
-               "proxy-connection", "te", "trailer", "content-encoding"}
+               "proxy-connection", "te", "trailer"}  # content-encoding passes: bodies are forwarded raw
 _MODEL_PATHS = ("/completions", "/chat/completions")
 
 
