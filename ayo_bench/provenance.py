@@ -110,15 +110,17 @@ def cache_config(metrics: str) -> dict[str, str] | None:
 
 
 def launch_flags(llm_url: str, model_root: str | None, dtype: str) -> list[str]:
-    """The flags Ayo's ``LLMServer`` starts vLLM with, for the server at ``llm_url``."""
+    """The flags Ayo's ``serve_llm()`` starts vLLM with (default model), for the server at ``llm_url``."""
     from urllib.parse import urlsplit
 
-    from ayo_core.engines.llm_server import LLMServer
+    from ayo_core.engines.llm_server import LLMServer, tool_calling_args
 
     where = urlsplit(llm_url)
+    # what serve_llm() adds for the default model (ayo compare starts that): tool calling
+    extra = tool_calling_args("auto", None, default_model=True)
     # python given so no vLLM environment is looked up: only the flags are read
     server = LLMServer(Path(model_root or "MODEL"), port=where.port or 0, dtype=dtype, host=where.hostname or "",
-                       python=Path(sys.executable))
+                       extra_args=extra, python=Path(sys.executable))
     return server.command()[3:]  # after "<python> -m vllm.entrypoints.openai.api_server"
 
 

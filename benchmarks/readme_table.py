@@ -87,7 +87,8 @@ def header(results: list[dict[str, Any]]) -> list[str]:
     p = provs[0]
     srv = p["server"]
     dirty = " (dirty tree)" if any(q["git"]["dirty"] for q in provs) else ""
-    flags = " ".join(f for f in srv.get("launch_flags") or [] if not f.startswith("/"))
+    # a machine's folders are not the README's business: a path flag shows its last part
+    flags = " ".join(Path(f).name if f.startswith("/") else f for f in srv.get("launch_flags") or [])
     launched = f"launched by Ayo with `{flags}`" if srv.get("launch_flags") else "given by URL (launch flags unknown)"
     return [mark, f"Measured at commit `{', '.join(c[:10] for c in commits)}`{dirty} on {m['cpu']} ({m['cores']} cores), "
                   f"vLLM {srv.get('version')} ({srv.get('dtype')}; server {launched}), {common}. "

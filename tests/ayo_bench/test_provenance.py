@@ -61,6 +61,7 @@ def test_every_field_is_present_for_a_server_ayo_started(server: FakeVLLM) -> No
     assert flags[flags.index("--dtype") + 1] == "float32" and flags[flags.index("--port") + 1] == str(
         server.url.split(":")[-1].split("/")[0])
     assert "--enforce-eager" in flags and "--enable-prefix-caching" in flags and not srv["url_given"]
+    assert flags[flags.index("--tool-call-parser") + 1] == "hermes"  # serve_llm's default for the default model
     json.dumps(p)  # it goes into a JSON file as is
 
 
