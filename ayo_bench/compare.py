@@ -420,8 +420,9 @@ def print_bounds(s: dict[str, Any]) -> None:
     else:
         print("  bound 2 (stock model time) not measured: run without --no-record")
     recorded = s.get("ayo_overhead_recorded_median_s")
-    print(f"  ayo overhead on the critical path median {_fmt(s['ayo_overhead_median_s'], ' s', )}"
-          f" ({_fmt(s['ayo_overhead_median_pct'], '%')}); Ayo's own accounting (capture, build, passes,"
+    print(f"  ayo overhead on the critical path median {_fmt(s['ayo_overhead_median_s'])}"
+          f" ({_fmt(s['ayo_overhead_median_pct'], '%')}; an upper bound where the call runs its own code outside"
+          f" Ayo's graph, as a doc-QA function does); Ayo's own accounting (capture, build, passes,"
           f" scheduling) {_fmt(recorded)}")
 
 
