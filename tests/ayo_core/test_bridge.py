@@ -172,3 +172,25 @@ def test_use_executor_applies_to_the_running_loop() -> None:
         assert made == [bridge.WORKERS] and name.startswith(f"{bridge.THREAD_NAME}-test")
     finally:
         bridge.use_executor(previous)
+
+
+def test_off_loop_gives_sync_helpers_an_idle_loop_and_the_callers_context() -> None:
+    """A sync helper that runs coroutines itself (LlamaIndex's ``asyncio_run``) finds a loop that is
+    set and not running, so it reuses it instead of starting a thread per call; context vars go along."""
+    import contextvars
+
+    from ayo_core.runtime import bridge
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("off_loop_probe", default="unset")
+
+    def helper() -> tuple[bool, str, int]:
+        loop = asyncio.get_event_loop()
+        return loop.is_running(), var.get(), threading.active_count()
+
+    async def call() -> list[tuple[bool, str, int]]:
+        var.set("caller's")
+        return [await bridge.off_loop(helper) for _ in range(6)]
+
+    results = bridge.run_sync(call())
+    assert all(running is False and value == "caller's" for running, value, _ in results)
+    assert len({threads for _, _, threads in results[1:]}) == 1  # after the pool's first worker: none per call
