@@ -232,6 +232,10 @@ REPHRASE = ChatPromptTemplate.from_messages([MessagesPlaceholder("chat_history")
                                              ("human", "Write a search query for the question above.")])
 ANSWER = ChatPromptTemplate.from_messages([("system", "Answer from the context:\n{context}"),
                                            MessagesPlaceholder("chat_history"), ("human", "{input}")])
+# the history before the documents: all of it is known while the rephrase decodes
+ANSWER_HISTORY_FIRST = ChatPromptTemplate.from_messages([
+    ("system", "You answer questions about the Python standard library."), MessagesPlaceholder("chat_history"),
+    ("human", "Context:\n{context}\n\nQuestion: {input}")])
 HISTORY = [("human", "What is json?"), ("ai", "A data format.")]
 
 
@@ -242,12 +246,12 @@ def history_aware(server: Any, vectorstore: Any) -> Any:
                                           REPHRASE)
 
 
-def retrieval_chain(server: Any, vectorstore: Any) -> Any:
+def retrieval_chain(server: Any, vectorstore: Any, answer: Any = ANSWER) -> Any:
     from langchain_classic.chains import create_retrieval_chain
     from langchain_classic.chains.combine_documents import create_stuff_documents_chain
 
     return create_retrieval_chain(history_aware(server, vectorstore), create_stuff_documents_chain(fake_chat(server),
-                                                                                                   ANSWER))
+                                                                                                   answer))
 
 
 def test_history_aware_retriever_alone(fake_server: Any, vectorstore: Any) -> None:
@@ -279,6 +283,32 @@ def test_retrieval_chain_warms_the_answer_prompt_while_the_rephrase_decodes(fake
     assert [r for r in fast_runs.tree() if r[1] in leaves] == [r for r in stock_runs.tree() if r[1] in leaves] or \
         sorted(r[:3] for r in fast_runs.tree() if r[1] in leaves) == sorted(r[:3] for r in stock_runs.tree()
                                                                            if r[1] in leaves)
+
+
+def test_the_warm_up_prefills_a_token_prefix_of_the_final_answer_request(fake_server: Any,
+                                                                          vectorstore: Any) -> None:
+    """Where the device rule allows (the fake server is not known to be a CPU server), the warm-up
+    sends a prefill of exactly a token prefix of the answer request (the fake tokenizer: one token per
+    character of the JSON-encoded messages), holding the system prompt, the history and the question;
+    without history (stock skips the rephrase) it sends none."""
+    import json
+
+    chain = retrieval_chain(fake_server, vectorstore, ANSWER_HISTORY_FIRST)
+    fast = ayo_langchain.optimize(chain, min_prefill_tokens=8)
+    for x, warms in (({"input": "How do I parse it?", "chat_history": HISTORY}, True), ({"input": "json?", "chat_history": []}, False)):
+        fake_server.requests.clear()
+        assert plain(fast.invoke(x)) == plain(chain.invoke(x))
+        finals = [json.dumps(r["messages"]) for r in fake_server.requests
+                  if r["path"].endswith("/chat/completions") and "Context:" in json.dumps(r["messages"])]
+        warmups = ["".join(map(chr, r["prompt"])) for r in fake_server.requests
+                   if r["path"].endswith("/completions") and r.get("max_tokens") == 1 and isinstance(r.get("prompt"),
+                                                                                                   list)]
+        assert len(finals) == 2 and finals[0] == finals[1]  # Ayo's answer request is stock's
+        if not warms:
+            assert warmups == []
+            continue
+        assert len(warmups) == 1 and finals[0].startswith(warmups[0])
+        assert "A data format." in warmups[0] and "How do I parse it?" not in warmups[0]  # history, not the rest
 
 
 def test_conversational_rag_with_history_offline(fake_server: Any, vectorstore: Any) -> None:
