@@ -164,6 +164,41 @@ def test_missing_session_id_raises_stock_error(fake_server: Any) -> None:
     assert outcome(lambda: fast.batch([x], return_exceptions=True))[1][0].args == stock_error[2:]
 
 
+def test_an_error_in_the_chain_is_stocks_and_writes_no_history(fake_server: Any) -> None:
+    prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), ("human", "{question} {missing}")])
+    keys = {"input_messages_key": "question", "history_messages_key": "history"}
+    stock_store, stock = with_history(prompt | fake_chat(fake_server), **keys)
+    fast_store, inner = with_history(prompt | fake_chat(fake_server), **keys)
+    fast = ayo_langchain.optimize(inner)
+    want = outcome(lambda: stock.invoke({"question": "hi"}, session("e")))
+    assert want[0] == "error" and want[1] is KeyError
+    assert outcome(lambda: fast.invoke({"question": "hi"}, session("e"))) == want
+    assert messages(fast_store) == messages(stock_store) == {"e": []}
+
+
+def test_history_inside_a_chain_and_custom_session_keys(fake_server: Any) -> None:
+    from langchain_core.runnables import ConfigurableFieldSpec, RunnableLambda
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    def make(store: dict) -> Any:
+        specs = [ConfigurableFieldSpec(id=k, annotation=str, is_shared=True) for k in ("user_id", "conversation_id")]
+        return RunnableWithMessageHistory(
+            chat_chain(fake_server),
+            lambda user_id, conversation_id: store.setdefault((user_id, conversation_id), InMemoryChatMessageHistory()),
+            input_messages_key="question", history_messages_key="history", history_factory_config=specs) \
+            | RunnableLambda(str.upper)
+
+    stock_store, fast_store = {}, {}
+    stock, fast = make(stock_store), ayo_langchain.optimize(make(fast_store))
+    cfg = {"configurable": {"user_id": "u1", "conversation_id": "c1"}}
+    for q in ("I am Zoe.", "Who am I?"):
+        assert fast.invoke({"question": q}, cfg) == stock.invoke({"question": q}, cfg)
+        assert messages(fast_store) == messages(stock_store)
+    assert "MessageHistory[RunnableWithMessageHistory]" in str(fast.explain())
+    bad = {"configurable": {"user_id": "u1"}}
+    assert outcome(lambda: fast.invoke({"question": "x"}, bad)) == outcome(lambda: stock.invoke({"question": "x"}, bad))
+
+
 class BrokenStore(BaseChatMessageHistory):
     """A history store that fails on reading or on writing."""
 
