@@ -39,10 +39,10 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from ayo_core.engines.prompt_warmer import PromptWarmer
 from ayo_core.explain import record_optimization
-from ayo_core.templates import Transform, Warmup
+from ayo_core.templates import Opaque, Transform, Warmup
 from ayo_langchain import capture as cap
 from ayo_langchain.callbacks import leaf_config, step_config
-from ayo_langchain.lower import LOWERINGS, Lowerer
+from ayo_langchain.lower import COST, LOWERINGS, Lowerer
 from ayo_shims import langchain as shims
 from ayo_shims import langchain_history as hshims
 
@@ -195,7 +195,12 @@ def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str
         return value
 
     started = lw.build(Transform(start, m.switch.label(), takes_ctx=True), {"value": loaded}, "history_start")
-    body = lw.lower(m.inner, started, inner_run.child() if inner_run is not None else inner_cfg)
+    if isinstance(m.inner, cap.Lambda):
+        # a lambda's run is the listeners' root; Ayo ends a routing lambda's run with the runnable it
+        # returns (its expansion runs after), so the history would be written from that: call it as-is
+        body = lw._call_node("opaque", m.inner, started, inner_cfg, COST["opaque"], kind=Opaque)
+    else:
+        body = lw.lower(m.inner, started, inner_run.child() if inner_run is not None else inner_cfg)
 
     async def end(ctx: Any, value: Any) -> Any:
         if inner_run is not None:

@@ -153,6 +153,21 @@ def test_history_around_a_bare_model(fake_server: Any) -> None:
     assert "LLMCall[ChatOpenAI]" in str(fast.explain())
 
 
+def test_history_around_a_routing_function(fake_server: Any) -> None:
+    from langchain_core.runnables import RunnableLambda
+
+    def route(x: dict) -> Any:
+        return chat_chain(fake_server) if "?" in x["question"] else RunnableLambda(lambda _: "Noted.")
+
+    keys = {"input_messages_key": "question", "history_messages_key": "history"}
+    stock_store, stock = with_history(RunnableLambda(route), **keys)
+    fast_store, inner = with_history(RunnableLambda(route), **keys)
+    fast = ayo_langchain.optimize(inner)
+    for q in ("I am Kim.", "Who am I?"):
+        assert fast.invoke({"question": q}, session("k")) == stock.invoke({"question": q}, session("k"))
+        assert messages(fast_store) == messages(stock_store)
+
+
 def test_missing_session_id_raises_stock_error(fake_server: Any) -> None:
     _, stock, _, fast = pair(fake_server)
     x = {"question": "hi"}
