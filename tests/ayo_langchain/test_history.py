@@ -123,6 +123,12 @@ def test_batch_with_different_sessions_and_stream(fake_server: Any) -> None:
     for _turn in range(2):
         assert fast.batch(inputs, configs) == stock.batch(inputs, configs)
         assert messages(fast_store) == messages(stock_store)
+
+    async def abatch(r: Any) -> list:
+        return await r.abatch(inputs, configs)
+
+    assert asyncio.run(abatch(fast)) == asyncio.run(abatch(stock))
+    assert messages(fast_store) == messages(stock_store)
     x = {"question": "What do I like?"}
     want, got = list(stock.stream(x, session("two"))), list(fast.stream(x, session("two")))
     assert got == want and concat(got) == concat(want)
