@@ -39,6 +39,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from ayo_core.engines.prompt_warmer import PromptWarmer
 from ayo_core.explain import record_optimization
+from ayo_core.runtime.execute import is_async_callable
 from ayo_core.templates import Opaque, Transform, Warmup
 from ayo_langchain import capture as cap
 from ayo_langchain.callbacks import leaf_config, step_config
@@ -195,12 +196,14 @@ def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str
         return value
 
     started = lw.build(Transform(start, m.switch.label(), takes_ctx=True), {"value": loaded}, "history_start")
+    before = set(lw.graph.nodes)
     if isinstance(m.inner, cap.Lambda):
         # a lambda's run is the listeners' root; Ayo ends a routing lambda's run with the runnable it
         # returns (its expansion runs after), so the history would be written from that: call it as-is
         body = lw._call_node("opaque", m.inner, started, inner_cfg, COST["opaque"], kind=Opaque)
     else:
         body = lw.lower(m.inner, started, inner_run.child() if inner_run is not None else inner_cfg)
+    report_errors(lw.graph, set(lw.graph.nodes) - before, [r for r in (inner_run, switch_run) if r is not None])
 
     async def end(ctx: Any, value: Any) -> Any:
         if inner_run is not None:
@@ -209,6 +212,36 @@ def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str
         return value
 
     return lw.build(Transform(end, m.switch.label(), takes_ctx=True), {"value": body}, "history_end")
+
+
+def report_errors(graph: Any, names: set[str], runs: list[PlannedChainRun]) -> None:
+    """Make the nodes ``names`` (the user's chain, lowered) end ``runs`` (innermost first) with their
+    error when one fails, as stock ends the chain's run and check_sync_or_async's around a failure.
+    (Nodes a branch adds at run time are not covered: their error ends only the query's run.)"""
+    failed: list[BaseException] = []
+
+    async def fail(exc: BaseException) -> None:
+        if failed:
+            return
+        failed.append(exc)
+        for run in runs:
+            if run.run_manager is not None:
+                await run.run_manager.on_chain_error(exc)
+
+    def reporting(fn: Any) -> Any:
+        async def node_fn(ctx: Any, /, **inputs: Any) -> Any:
+            try:
+                return await fn(ctx, **inputs)
+            except Exception as exc:
+                await fail(exc)
+                raise
+
+        return node_fn
+
+    for name in names:
+        node = graph.nodes[name]
+        if is_async_callable(node.fn):  # a sync fn runs in a thread: left as it is
+            graph.replace(node.replace(fn=reporting(node.fn)))
 
 
 def lower_history_aware(lw: Lowerer, m: HistoryAware, src: str, cfg: RunnableConfig) -> str:

@@ -68,6 +68,10 @@ class Runs(BaseCallbackHandler):
 
     def __init__(self) -> None:
         self.runs: dict[Any, tuple] = {}
+        self.errors: list[str] = []  # names of the chain runs that ended with an error, in order
+
+    def on_chain_error(self, error: BaseException, **kw: Any) -> None:
+        self.errors.append(self.runs[kw["run_id"]][1])
 
     def _start(self, kind: str, kw: dict) -> None:
         self.runs[kw["run_id"]] = (kind, kw.get("name"), tuple(kw.get("tags") or ()), kw.get("parent_run_id"))
@@ -191,10 +195,15 @@ def test_an_error_in_the_chain_is_stocks_and_writes_no_history(fake_server: Any)
     stock_store, stock = with_history(prompt | fake_chat(fake_server), **keys)
     fast_store, inner = with_history(prompt | fake_chat(fake_server), **keys)
     fast = ayo_langchain.optimize(inner)
-    want = outcome(lambda: stock.invoke({"question": "hi"}, session("e")))
+    stock_runs, fast_runs = Runs(), Runs()
+    want = outcome(lambda: stock.invoke({"question": "hi"}, session("e", callbacks=[stock_runs])))
     assert want[0] == "error" and want[1] is KeyError
-    assert outcome(lambda: fast.invoke({"question": "hi"}, session("e"))) == want
+    assert outcome(lambda: fast.invoke({"question": "hi"}, session("e", callbacks=[fast_runs]))) == want
     assert messages(fast_store) == messages(stock_store) == {"e": []}
+    # the runs around the failure end with the error, innermost first, as in stock
+    composites = ("insert_history", "RunnableParallel<history>")
+    assert fast_runs.errors == [e for e in stock_runs.errors if e not in composites]
+    assert fast_runs.errors[-3:] == ["RunnableSequence", "check_sync_or_async", "RunnableWithMessageHistory"]
 
 
 def test_history_inside_a_chain_and_custom_session_keys(fake_server: Any) -> None:
