@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ayo_langchain import history  # noqa: F401 - registers the chat-history recognizers and lowerings
 from ayo_langchain.runnable import OptimizedRunnable, Options
 from ayo_shims import langchain as shims
 
