@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ayo_langchain import history  # noqa: F401 - registers the chat-history recognizers and lowerings
 from ayo_langchain.runnable import OptimizedRunnable, Options
 from ayo_shims import langchain as shims
 from ayo_shims import langgraph as lg_shims
@@ -25,11 +26,11 @@ def optimize(runnable: Any, *, runtime: Any = None, **options: Any) -> Any:
 
     ``options`` are :class:`Options` fields (``policy``, ``prefill_split``,
     ``min_prefill_tokens``, ``exact_embeddings``, ``passes``, ``timeout``);
-    A compiled LangGraph graph gives a copy of that graph (same class API, plus ``explain()``) whose
-    LCEL-runnable nodes run on Ayo (:mod:`ayo_langchain.graph`); anything else an :class:`OptimizedRunnable`.
     ``runtime`` shares an existing :class:`ayo_core.runtime.Runtime` (and its engines).
     Raises :class:`ayo_shims.touchpoints.ShimError` when an installed langchain-core, langchain-openai,
     openai or pydantic release lacks an internal Ayo relies on (checked once per process).
+    A compiled LangGraph graph gives a copy of that graph (same class API, plus ``explain()``) whose
+    LCEL-runnable nodes run on Ayo (:mod:`ayo_langchain.graph`); anything else an :class:`OptimizedRunnable`.
     """
     shims.verify_all()
     if lg_shims.is_compiled_graph(runnable):  # LangGraph (create_agent too): Pregel runs it, nodes run on Ayo

@@ -36,7 +36,7 @@ from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
 
 from ayo_core.introspect import overridden
-from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
+from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph, TypeDispatch
 from ayo_shims import langchain as shims
 
 log = logging.getLogger(__name__)
@@ -241,6 +241,11 @@ def _vector_retriever(r: Any) -> tuple[bool, str]:
     return (not why), why
 
 
+# class -> recognizer(capturer, runnable, wrappers) -> Module, or None for the usual capture: the
+# adapter's other modules register the patterns they lower (ayo_langchain.history)
+RECOGNIZERS: TypeDispatch[Callable[..., Module | None]] = TypeDispatch("LangChain capture", resolve=_cls)
+
+
 class Capturer:
     """Walks runnables into :class:`Module` trees; remembers what stayed opaque and why."""
 
@@ -256,6 +261,10 @@ class Capturer:
 
     def _capture(self, r: Any, wrappers: tuple[Any, ...]) -> Module:
         t = _cls(r)
+        recognize = RECOGNIZERS.find(r)
+        special = recognize(self, r, wrappers) if recognize is not None else None
+        if special is not None:
+            return special
         if t is RunnableSequence:
             return Sequence(r, wrappers, [self.capture(s, wrappers) for s in r.steps])
         if t is RunnableParallel:
