@@ -25,7 +25,7 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 COMMIT_MARK = re.compile(r"<!-- results:commit ([0-9a-f]{7,40}|none) -->")
 PREDATES = "results predate provenance"
-ORDER = ("naive_rag", "advanced_rag", "search_augmented", "contextual_retrieval", "agent")
+ORDER = ("naive_rag", "advanced_rag", "search_augmented", "contextual_retrieval", "agent", "graph", "chat", "sub_question")
 
 
 def _s(value: Any, unit: str = " s", digits: int = 2) -> str:
