@@ -53,9 +53,15 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
                     f"{type(target).__name__}; for an index, pass index.as_query_engine(...)")
 
 
+# Packages of the LlamaIndex ecosystem whose objects optimize() returns unchanged rather than refusing:
+# Workflow lives in `workflows` (llama-index-workflows), re-exported as llama_index.core.workflow
+_LLAMA_INDEX_PACKAGES = ("llama_index", "llama_index_instrumentation", "workflows")
+
+
 def _is_llama_index_object(target: Any) -> bool:
     # the class or any base (a user's subclass of BaseRetriever is still a LlamaIndex object)
-    return any(getattr(cls, "__module__", "").startswith("llama_index.") for cls in type(target).__mro__[:-1])
+    return any(getattr(cls, "__module__", "").split(".")[0] in _LLAMA_INDEX_PACKAGES
+               for cls in type(target).__mro__[:-1])
 
 
 def _fixes() -> tuple[tuple[type, str], ...]:
