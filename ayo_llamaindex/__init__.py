@@ -43,6 +43,8 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
         return target if target._policy == policy else optimize(target.stock, policy=policy)
     if isinstance(target, BaseQueryEngine):
         return OptimizedQueryEngine(target, policy=policy)
+    if (workflow := _optimize_workflow(target, policy)) is not None:
+        return workflow
     if _is_llama_index_object(target):
         # a retriever, chat engine, index, ...: never refuse a LlamaIndex object (it runs as it is)
         log.warning("ayo_llamaindex.optimize: %s", unsupported_message(target))
@@ -56,6 +58,24 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
 # Packages of the LlamaIndex ecosystem whose objects optimize() returns unchanged rather than refusing:
 # Workflow lives in `workflows` (llama-index-workflows), re-exported as llama_index.core.workflow
 _LLAMA_INDEX_PACKAGES = ("llama_index", "llama_index_instrumentation", "workflows")
+
+
+def _optimize_workflow(target: Any, policy: str) -> Any:
+    """A Workflow (or agent) run by Ayo; the user's object back (with a warning) when Ayo leaves it;
+    None for anything that is not a Workflow."""
+    from workflows import Workflow
+
+    from ayo_llamaindex.workflow import OptimizedWorkflow, unrecognized_reason
+
+    if isinstance(target, OptimizedWorkflow):
+        return target if target._policy == policy else OptimizedWorkflow(target.stock, policy=policy)
+    if not isinstance(target, Workflow):
+        return None
+    if reason := unrecognized_reason(target):
+        log.warning("ayo_llamaindex.optimize: %s is returned unchanged (it runs as stock, unoptimized): %s",
+                    type(target).__name__, reason)
+        return target
+    return OptimizedWorkflow(target, policy=policy)
 
 
 def _is_llama_index_object(target: Any) -> bool:
