@@ -3,6 +3,8 @@
 * a query engine (``index.as_query_engine(...)``, a hand-built ``RetrieverQueryEngine``,
   anything that is a ``BaseQueryEngine``) -> an :class:`OptimizedQueryEngine`: same
   ``query``/``aquery`` results, faster, plus ``explain()`` and ``last_trace``;
+* a ``Workflow`` (a user's subclass, ``FunctionAgent``, ``ReActAgent``, ``AgentWorkflow``) -> an
+  :class:`OptimizedWorkflow`: ``run(...)`` returns stock's handler (same result, events, ctx);
 * a function in the document-QA pattern (indexes the documents it is given, then
   queries them) -> an :class:`OptimizedFunction` with the same signature, plus
   ``acall``, ``explain()`` and ``last_trace``.
@@ -18,7 +20,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OptimizedFunction", "OptimizedQueryEngine", "optimize"]
+__all__ = ["OptimizedFunction", "OptimizedQueryEngine", "OptimizedWorkflow", "optimize"]
 
 
 def optimize(target: Any, policy: str = "critical_path") -> Any:
@@ -115,4 +117,8 @@ def __getattr__(name: str) -> Any:
         from ayo_llamaindex.docqa import OptimizedFunction
 
         return OptimizedFunction
+    if name == "OptimizedWorkflow":
+        from ayo_llamaindex.workflow import OptimizedWorkflow
+
+        return OptimizedWorkflow
     raise AttributeError(f"module 'ayo_llamaindex' has no attribute {name!r}")

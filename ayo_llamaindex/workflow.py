@@ -66,7 +66,8 @@ class OptimizedWorkflow:
         self._policy = policy
         self._runtimes = LoopRuntimes(policy)
         self._llms: list[LLMBinding] = []
-        self._routed_steps: dict[str, int] = {}
+        self._routed_steps: dict[str, int] = {}  # step -> model calls Ayo's engine served
+        self._own_client_steps: dict[str, int] = {}  # step -> model calls sent through the model's own client
         self.last_trace: Any = None
         self.last_graph: Any = None
         self.last_run: WorkflowRun | None = None
@@ -112,27 +113,34 @@ class OptimizedWorkflow:
             runtime.add_engines({kind: assignment.engines[kind]}, _configs(assignment.engines))
         return kind
 
-    def note_model_call(self, step: str) -> None:
-        self._routed_steps[step] = self._routed_steps.get(step, 0) + 1
+    def note_model_calls(self, step: str, served: int, own_client: int) -> None:
+        if served:
+            self._routed_steps[step] = self._routed_steps.get(step, 0) + served
+        if own_client:
+            self._own_client_steps[step] = self._own_client_steps.get(step, 0) + own_client
 
     # -- explain -------------------------------------------------------------------------------
     def explain(self) -> Explanation:
         """The steps (lowered: their model calls go to Ayo's engine; opaque: user code only), the
         models and the last run's grown graph and trace."""
         steps = wf_shim.workflow_steps(self.stock)
-        lowered = [("workflow", type(self.stock).__name__)]
+        lowered = [(type(self.stock).__name__, "Workflow")]
         opaque = []
         lines = [f"workflow {type(self.stock).__name__}: each step invocation is a node added while the run "
                  "goes on (events.N routes grow the graph)"]
         for name, fn in steps.items():
             summary = wf_shim.step_summary(fn)
+            own = self._own_client_steps.get(name, 0)
+            note = (f"; {own} model request(s) the engine does not speak (tools, response_format, logprobs) "
+                    "went through the model's own client") if own else ""
             if name in self._routed_steps:
                 lowered.append((f"step:{name}", "LLMCall"))
                 lines.append(f"  step {name} ({summary}): model calls through Ayo's LLM engine "
-                             f"({self._routed_steps[name]} so far)")
+                             f"({self._routed_steps[name]} so far){note}")
             else:
-                opaque.append((f"step:{name}", "user code (no model call of a recognized LLM seen)"))
-                lines.append(f"  step {name} ({summary}): user code")
+                why = "its model requests use tools" if own else "no model call of a recognized LLM seen"
+                opaque.append((f"step:{name}", f"user code ({why})"))
+                lines.append(f"  step {name} ({summary}): user code{note}")
         for b in self._llms:
             if not b.recognized:
                 opaque.append((b.label, f"its calls run as stock: {b.reason}"))

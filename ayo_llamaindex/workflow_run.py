@@ -116,9 +116,20 @@ class WorkflowRun:
         try:
             _, self.trace = await self.runtime.run(g, {}, query_id=self.query_id)
             self.owner.last_trace, self.owner.last_graph = self.trace, getattr(self.trace, "graph", None) or g
+            self._note_model_calls(self.trace)
         except Exception:  # noqa: BLE001 - the workflow goes on as stock; Ayo's failure is logged
             log.warning("Ayo's graph for workflow run %s failed; the rest of the run goes on unscheduled",
                         self.query_id, exc_info=True)
+
+    def _note_model_calls(self, trace: Any) -> None:
+        """Per step: model calls the engine served (the trace's engine calls of its nodes) and calls
+        its model made through its own client (requests the engine does not speak, e.g. with tools)."""
+        served: dict[str, int] = {}
+        for c in trace.engine_calls:
+            served[c.node] = served.get(c.node, 0) + 1
+        for call in self.calls:
+            engine = served.get(call.node, 0)
+            self.owner.note_model_calls(call.step, engine, max(call.model_calls - engine, 0))
 
     async def _watch(self, handler: Any) -> None:
         try:
@@ -205,7 +216,6 @@ def _route_client(llm: Any, client: Any) -> Any:
     if kind is None:
         return client
     node.model_calls += 1
-    run.owner.note_model_call(node.step)
     return wf_shim.RoutedAsyncClient(client, openai_client.Route(node.ctx.engine(kind)), (LLMEngineError,))
 
 

@@ -150,6 +150,24 @@ class _RoutedResource:
         return answer
 
 
+def _choice(chunk: dict) -> dict:
+    choices = chunk.get("choices") or [{}]
+    return choices[0]
+
+
+def _text(chunk: dict) -> str:
+    choice = _choice(chunk)
+    return (choice.get("delta") or {}).get("content") or choice.get("text") or ""
+
+
+def _has_text(chunk: dict) -> bool:
+    return bool(_text(chunk)) and _choice(chunk).get("finish_reason") is None
+
+
+def _ends_at_length(chunk: dict) -> bool:
+    return _choice(chunk).get("finish_reason") == "length" and not _text(chunk)
+
+
 class _SdkChunks:
     def __init__(self, stream: Any, kind: str) -> None:
         self.stream, self.kind = stream, kind
@@ -162,8 +180,24 @@ class _SdkChunks:
         from openai.types.chat import ChatCompletionChunk
 
         model = ChatCompletionChunk if self.kind == "chat" else Completion
+        held: dict | None = None  # the last text chunk, until we know whether the stream ends on it
         async for chunk in self.stream:
-            yield model.model_validate(chunk) if isinstance(chunk, dict) else chunk
+            if not isinstance(chunk, dict):  # the model's own client answered: the SDK's chunks as they are
+                yield chunk
+                continue
+            if held is not None and _ends_at_length(chunk):
+                # vLLM sends a length-cut stream's finish_reason on the last token's chunk, not on a
+                # chunk of its own (LlamaIndex turns every chunk into a ChatResponse: one more would show)
+                held = {**held, **{k: v for k, v in chunk.items() if k != "choices"},
+                        "choices": [{**held["choices"][0], "finish_reason": "length"}]}
+                continue
+            if held is not None:
+                yield model.model_validate(held)
+            held = chunk if _has_text(chunk) else None
+            if held is None:
+                yield model.model_validate(chunk)
+        if held is not None:
+            yield model.model_validate(held)
 
     async def close(self) -> None:
         closer = getattr(self.stream, "aclose", None) or getattr(self.stream, "close", None)
