@@ -147,6 +147,22 @@ def describe(event: Any) -> tuple[str, str]:
     return type(event).__name__, json.dumps(fields, sort_keys=True, default=str)
 
 
+def merge_progress(run: tuple[Any, list[tuple[str, str]], Any]) -> tuple[Any, list[tuple[str, str]], Any]:
+    """Consecutive ``Progress`` events (streamed tokens) as one: how many tokens a server chunk carries
+    depends on load (vLLM merges outputs its client has not read yet), in stock as in Ayo."""
+    import json
+
+    value, events, state = run
+    merged: list[tuple[str, str]] = []
+    for name, fields in events:
+        if name == "Progress" and merged and merged[-1][0] == "Progress":
+            note = json.loads(merged[-1][1])["note"] + json.loads(fields)["note"]
+            merged[-1] = (name, json.dumps({"note": note}))
+        else:
+            merged.append((name, fields))
+    return value, merged, state
+
+
 async def run_once(workflow: Any, **kwargs: Any) -> tuple[Any, list[tuple[str, Any]], dict[str, Any]]:
     handler = workflow.run(**kwargs)
     events = [describe(e) async for e in handler.stream_events()]
@@ -197,7 +213,7 @@ def test_run_time_branch_matches_stock_on_five_questions(url: str) -> None:
 
     pairs = asyncio.run(main())
     for want, got in pairs:
-        assert got == want  # value, every event in order (the streamed tokens), ctx state
+        assert merge_progress(got) == merge_progress(want)  # value, every event in order (the streamed text), ctx state
     streamed = sum(len(want[1]) > 10 for want, _ in pairs)
     assert 1 <= streamed < len(pairs), "the model's labels sent every question down one branch"
 
@@ -254,5 +270,10 @@ def test_streamed_chunks_match_stock_whether_the_answer_ends_on_eos_or_length(ur
                               question=question)
         return stock, fast
 
-    want, got = asyncio.run(main())
-    assert got == want  # the same ChatResponse deltas (one per server chunk), in order
+    (want, want_events, _), (got, got_events, _) = asyncio.run(main())
+    # the same text, and a stream shaped as the server's: an opening empty chunk, and an empty closing one
+    # only where the answer ended on EOS (a length cut carries its finish on the last token's chunk);
+    # how many tokens a chunk carries depends on load, in stock as in Ayo
+    assert "".join(got) == "".join(want) and len(got) > 3
+    assert (got[0], got[-1] == "") == (want[0], want[-1] == "")
+    assert [name for name, _ in got_events] == ["Progress"] * len(got) + ["StopEvent"]
