@@ -277,3 +277,45 @@ def test_streamed_chunks_match_stock_whether_the_answer_ends_on_eos_or_length(ur
     assert "".join(got) == "".join(want) and len(got) > 3
     assert (got[0], got[-1] == "") == (want[0], want[-1] == "")
     assert [name for name, _ in got_events] == ["Progress"] * len(got) + ["StopEvent"]
+
+
+class SyncSteps(Workflow):
+    """A sync step (run by the workflow in its executor: Ayo leaves it to stock) next to an async one."""
+
+    @step
+    def shout(self, ev: StartEvent) -> Question:
+        return Question(question=ev.text.upper())
+
+    @step
+    async def finish(self, ctx: Context, ev: Question) -> StopEvent:
+        await ctx.store.set("seen", ev.question)
+        return StopEvent(result=ev.question + "!")
+
+
+def test_sync_steps_run_as_stock_beside_scheduled_async_ones() -> None:
+    async def main() -> tuple[Any, Any, Any]:
+        fast = ayo_llamaindex.optimize(SyncSteps(timeout=30))
+        got = await run_once(fast, text="hi")
+        return await run_once(SyncSteps(timeout=30), text="hi"), got, await fast.last_run.finished()
+
+    want, got, trace = asyncio.run(main())
+    assert got == want and want[0] == "HI!"
+    nodes = set(trace.graph.nodes)
+    assert "step.finish.1" in nodes and not any(n.startswith("step.shout.") for n in nodes)
+
+
+def test_concurrent_runs_of_one_optimized_workflow_each_grow_their_own_graph(url: str) -> None:
+    questions = [QUESTIONS[:2], QUESTIONS[2:4], QUESTIONS[3:]]
+
+    async def main() -> tuple[list[Any], list[Any], Any]:
+        fast = ayo_llamaindex.optimize(FanOut(make_llm(url, 8), timeout=120))
+        stock = [await run_once(FanOut(make_llm(url, 8), timeout=120), questions=q) for q in questions]
+        handlers = [fast.run(questions=q) for q in questions]
+        runs = [fast.last_run]  # the last one; each handler's run is its own query
+        results = await asyncio.gather(*handlers)
+        return stock, list(results), await runs[0].finished()
+
+    stock, results, trace = asyncio.run(main())
+    assert results == [value for value, _, _ in stock]
+    answers = [n for n in trace.graph.nodes if n.startswith("step.answer.")]
+    assert len(answers) == len(questions[-1])  # this run's own invocations only
