@@ -90,6 +90,8 @@ class OptimizedWorkflow:
         return handler
 
     def __getattr__(self, name: str) -> Any:
+        if name == "stock":  # not set yet (a copy being built): no recursion through __getattr__
+            raise AttributeError(name)
         return getattr(self.stock, name)
 
     # -- engines -------------------------------------------------------------------------------

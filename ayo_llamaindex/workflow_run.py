@@ -74,6 +74,7 @@ class WorkflowRun:
         self._waiting: asyncio.Queue[StepCall | None] = asyncio.Queue()
         self._counts: dict[str, int] = {}
         self.query: asyncio.Task | None = None
+        self._watcher: asyncio.Task | None = None  # held: the loop keeps only weak references to tasks
         self.graph: Graph | None = None
         self.trace: Any = None
 
@@ -110,7 +111,7 @@ class WorkflowRun:
         g.output("events.0")
         self.graph = g
         self.query = asyncio.ensure_future(self._run_query(g))
-        asyncio.ensure_future(self._watch(handler))
+        self._watcher = asyncio.ensure_future(self._watch(handler))
 
     async def _run_query(self, g: Graph) -> None:
         try:
