@@ -20,6 +20,8 @@ endif
 
 .PHONY: demo test setup env vllm-env models lint compat clean-env
 
+# Results go to $$AYO_HOME/results (--out to choose), never into the tracked benchmarks/results/:
+# committed results are written on purpose, `ayo compare all --out benchmarks/results`.
 demo: setup
 	$(VENV)/bin/ayo compare advanced_rag -n 6
 

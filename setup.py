@@ -21,5 +21,5 @@ for folder, name in MAPPED_FOLDERS.items():
 setup(
     packages=packages,
     package_dir={name: folder for folder, name in MAPPED_FOLDERS.items()},
-    package_data={"ayo_examples.data": ["*.json"]},
+    package_data={"ayo_examples.data": ["*.json"], "ayo_core.engines": ["chat_templates/*.jinja"]},
 )

@@ -13,13 +13,18 @@ prefix cache; flipping spreads that advantage evenly. Stock runs at its best
 settings (async paths: ``ainvoke``; LlamaIndex ``use_async=True``).
 
 Latency mode prints median of each, the median per-pair ratio (stock / Ayo), p95,
-whether every answer was identical, Ayo's own overhead and the critical-path bound
-(efficiency = bound / Ayo latency) from the optimized object's ``last_trace``.
+whether every answer was identical, and per call (:mod:`ayo_bench.bound`): two lower bounds
+that do not come from Ayo's own schedule (the busiest engine's busy time; stock's model time
+minus the model work Ayo skipped), efficiency = bound / Ayo's latency for each, what the gap
+is made of, and Ayo's overhead (its own accounting, and the wall time of the call in which
+no engine of the query worked). Both apps reach the LLM server through a recording pass-through
+(:mod:`ayo_bench.recorder`, ``--no-record`` to go direct) that times every model request.
 Load mode (``--mode load --rate R``) sends an open-loop Poisson stream of R queries/s
 to each app and prints throughput and p50/p95 latency. Each run writes ``APP.json``
-(``APP-load.json``), a PNG plot and, for latency, a Perfetto trace of one optimized query
-(``APP.trace.json``) into the results folder: ``benchmarks/results/`` of the checkout this
-package runs from (an editable install), else ``$AYO_HOME/results``; ``--out`` overrides.
+(``APP-load.json``) with its provenance (:mod:`ayo_bench.provenance`: commit, server
+version and flags, dtype, model, machine, date), a PNG plot and, for latency, a Perfetto
+trace of one optimized query (``APP.trace.json``) into ``$AYO_HOME/results`` (``--out`` to
+choose: the committed results are written on purpose with ``--out benchmarks/results``).
 The apps are the installed ``ayo_examples`` package (the repository's ``examples/`` folder).
 """
 
@@ -27,19 +32,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import importlib
 import json
 import logging
 import math
 import os
-import platform
 import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,17 +52,20 @@ import httpx
 from ayo_core.models import ayo_home
 from ayo_examples.common import APPS, EnginesConfig, load_questions
 
-from . import timeline
+from . import bound, provenance, timeline
+from .provenance import machine  # noqa: F401 - kept importable from here
 
 log = logging.getLogger("ayo.compare")
+LLM_DTYPE = "float32"  # the one mode greedy answers are compared in (DESIGN.md)
 # The checkout this package was imported from, when it was (an editable install); None when installed.
 _CHECKOUT = Path(__file__).resolve().parent.parent
 CHECKOUT: Path | None = _CHECKOUT if (_CHECKOUT / "benchmarks" / "results").is_dir() else None
 
 
 def default_results_dir() -> Path:
-    """``benchmarks/results`` of the checkout (where the README table is made from), else ``$AYO_HOME/results``."""
-    return CHECKOUT / "benchmarks" / "results" if CHECKOUT else ayo_home() / "results"
+    """``$AYO_HOME/results``: a user's runs never touch the repository's tracked results
+    (those are written on purpose, ``--out benchmarks/results``)."""
+    return ayo_home() / "results"
 
 
 for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("ANONYMIZED_TELEMETRY", "False"),
@@ -82,21 +89,6 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def trace_figures(trace: Any) -> dict[str, float] | None:
-    """Latency, critical-path bound, efficiency and overhead from an Ayo trace (None if absent)."""
-    if trace is None:
-        return None
-    try:
-        latency = float(trace.latency)
-        bound = float(trace.critical_path_bound())
-        overhead = float(sum(trace.overhead.values()))
-    except Exception as exc:  # a half-built trace API must not sink the benchmark
-        log.warning("could not read Ayo's trace: %s", exc)
-        return None
-    return {"trace_latency_s": latency, "bound_s": bound, "overhead_s": overhead,
-            "efficiency": bound / latency if latency > 0 else float("nan")}
-
-
 def first_difference(a: str, b: str) -> int:
     """Index of the first differing character (len of the shorter if one is a prefix)."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
@@ -111,23 +103,13 @@ def _shown(path: Path) -> str:
     return str(path.resolve().relative_to(CHECKOUT)) if inside else str(path)
 
 
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "os": platform.platform()}
-
-
 # ---- one app ---------------------------------------------------------------------------
 class AppPair:
     """The stock app and (when its adapter imports) the optimized one, built on one config."""
 
     cache_reset_url: str | None = None  # set when the server lets us empty its prefix cache
+    recorder: Any = None  # an LLMRequestRecorder both apps' LLM requests pass through, when recording
+    last_window: tuple[float, float] = (0.0, 0.0)  # the last timed call, time.monotonic() (the trace's clock)
 
     def __init__(self, name: str, cfg: EnginesConfig) -> None:
         self.name = name
@@ -150,9 +132,10 @@ class AppPair:
     async def timed(self, which: str, item: dict[str, Any]) -> tuple[float, str, Any]:
         app = self.stock if which == "stock" else self.ayo
         before = getattr(app, "last_trace", None)
-        start = time.perf_counter()
+        start, mono = time.perf_counter(), time.monotonic()
         answer = await self.module.arun(app, item)
         elapsed = time.perf_counter() - start
+        self.last_window = (mono, time.monotonic())
         trace = getattr(app, "last_trace", None) if which == "ayo" else None
         return elapsed, answer, (trace if trace is not before else None)  # a stale trace is no trace
 
@@ -178,6 +161,7 @@ async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: in
     for i, item in enumerate(bar):
         order = sides if i % 2 == 0 else sides[::-1]
         row: dict[str, Any] = {"id": item["id"], "question": item["question"], "first": order[0]}
+        calls: dict[str, tuple[tuple[float, float], Any]] = {}
         for side in order:
             try:
                 await pair.cold_cache()
@@ -187,8 +171,9 @@ async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: in
                 row[f"{side}_error"] = repr(exc)
                 continue
             row[f"{side}_s"], row[f"{side}_answer"] = elapsed, answer
-            if trace is not None:
-                row["ayo_trace"] = trace_figures(trace)
+            calls[side] = (pair.last_window, trace)
+        if "ayo" in calls and calls["ayo"][1] is not None:
+            row.update(call_figures(pair, calls))
         if "ayo_s" in row and "stock_s" in row:
             row["ratio"] = row["stock_s"] / row["ayo_s"]
             row["identical"] = row["stock_answer"] == row["ayo_answer"]
@@ -205,12 +190,26 @@ def balanced_ratio(rows: list[dict[str, Any]]) -> float:
     return math.prod(present) ** (1 / len(present)) if present else float("nan")
 
 
-def whole_call_bound(row: dict[str, Any]) -> float:
-    """The critical-path bound of the whole call: the graph's bound plus the time the call spent
-    outside Ayo's graph (a doc-QA function's own stock code — splitting, metadata extraction — runs
-    as written, one step after another, so it is on the call's critical path at its measured time)."""
-    t = row["ayo_trace"]
-    return t["bound_s"] + max(0.0, row["ayo_s"] - t["trace_latency_s"])
+def call_figures(pair: AppPair, calls: dict[str, tuple[tuple[float, float], Any]]) -> dict[str, Any]:
+    """Per call: Ayo's own overhead accounting, the busiest-engine bound and its gap, the stock-model bound."""
+    window, trace = calls["ayo"]
+    recorded = pair.recorder.between(*window) if pair.recorder is not None else None
+    report = bound.busiest_engine_bound(bound.work_from_trace(trace, window, recorded))
+    out: dict[str, Any] = {"ayo_bound": report.as_dict()}
+    try:
+        kinds = {k: float(v) for k, v in trace.overhead.items()}
+        out["ayo_trace"] = {"trace_latency_s": float(trace.latency), "overhead_kinds_s": kinds,
+                            "overhead_s": sum(kinds.values())}
+    except (AttributeError, TypeError, ValueError) as exc:  # a half-built trace must not sink the benchmark
+        log.warning("could not read Ayo's trace overhead: %s", exc)
+    # Ayo on the critical path: the call's time with no engine of the query working and nothing
+    # queued (loop hops, event replay, hooks, capture and lowering, scheduling). For a doc-QA
+    # function the time outside the graph also holds the function's own code: an upper bound.
+    out["ayo_overhead_s"] = report.outside_graph_s + report.runtime_s
+    if recorded is not None and "stock" in calls:
+        stock_requests = pair.recorder.between(*calls["stock"][0])
+        out["model_bound"] = bound.stock_model_bound(stock_requests, recorded)
+    return out
 
 
 def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -235,14 +234,37 @@ def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
         "pairs_compared": len(rows), "identical_answers": sum(r["identical"] for r in rows),
         "all_identical": all(r["identical"] for r in rows) and len(rows) == len(all_rows),
     })
-    traces = [r["ayo_trace"] for r in rows if r.get("ayo_trace")]
-    if traces:
+    out.update(summarize_bounds(rows))
+    return out
+
+
+def summarize_bounds(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians of the per-call bounds, efficiencies, gap parts and overhead (rows with Ayo figures)."""
+    rows = [r for r in rows if r.get("ayo_bound")]
+    if not rows:
+        return {}
+    reports = [r["ayo_bound"] for r in rows]
+    engines = [b["busiest_engine"] for b in reports]
+    out: dict[str, Any] = {
+        "busiest_engine": max(set(engines), key=engines.count),
+        "busiest_engine_busy_median_s": median([b["busy_s"] for b in reports]),
+        "efficiency_median": median([b["efficiency"] for b in reports]),
+        "efficiency_min": min(b["efficiency"] for b in reports),
+        "gap_median_s": {part: median([b[f"{part}_s"] for b in reports])
+                         for part in ("gap", "outside_graph", "other_engine", "queued", "runtime")},
+        "ayo_overhead_median_s": median([r["ayo_overhead_s"] for r in rows]),
+        "ayo_overhead_median_pct": 100 * median([r["ayo_overhead_s"] / r["ayo_s"] for r in rows]),
+    }
+    traced = [r["ayo_trace"]["overhead_s"] for r in rows if r.get("ayo_trace")]
+    if traced:
+        out["ayo_overhead_recorded_median_s"] = median(traced)
+    modelled = [r for r in rows if r.get("model_bound")]
+    if modelled:
         out.update({
-            "ayo_overhead_median_s": median([t["overhead_s"] for t in traces]),
-            "ayo_overhead_median_pct": 100 * median([t["overhead_s"] / r["ayo_s"]
-                                                     for r in rows if (t := r.get("ayo_trace"))]),
-            "critical_path_bound_median_s": median([whole_call_bound(r) for r in rows if r.get("ayo_trace")]),
-            "efficiency_median": median([whole_call_bound(r) / r["ayo_s"] for r in rows if r.get("ayo_trace")]),
+            "stock_model_median_s": median([r["model_bound"]["stock_model_s"] for r in modelled]),
+            "model_bound_median_s": median([r["model_bound"]["bound_s"] for r in modelled]),
+            "efficiency_model_median": median([r["model_bound"]["bound_s"] / r["ayo_s"] for r in modelled]),
+            "skipped_tokens_median": median([r["model_bound"]["skipped_tokens"] for r in modelled]),
         })
     return out
 
@@ -377,11 +399,31 @@ def print_latency(name: str, s: dict[str, Any], ayo_missing: str) -> None:
     if s["ayo_errors"] or s["stock_errors"]:
         print(f"  FAILED runs: stock {s['stock_errors']}, ayo {s['ayo_errors']} (see the JSON for the errors)")
     if "efficiency_median" in s:
-        print(f"  ayo overhead median {_fmt(s['ayo_overhead_median_s'])} ({_fmt(s['ayo_overhead_median_pct'], '%')})"
-              f"  critical-path bound median {_fmt(s['critical_path_bound_median_s'])}"
-              f"  efficiency (bound/ayo) {_fmt(s['efficiency_median'], '')}")
+        print_bounds(s)
     else:
         print("  no Ayo trace (optimized object has no last_trace): overhead and bound not reported")
+
+
+def print_bounds(s: dict[str, Any]) -> None:
+    """The two bounds, their efficiencies, the gap's parts and the overhead (medians over the pairs)."""
+    gap = s["gap_median_s"]
+    below = "  <-- below 1: see the gap" if s["efficiency_median"] < 0.95 else ""
+    print(f"  bound 1, busiest engine ({s['busiest_engine']}) busy {_fmt(s['busiest_engine_busy_median_s'])}:"
+          f" efficiency {_fmt(s['efficiency_median'], '')} (min {_fmt(s['efficiency_min'], '')}){below}")
+    print(f"    gap {_fmt(gap['gap'])} = outside Ayo's graph {_fmt(gap['outside_graph'])}"
+          f" + other engines while it waited {_fmt(gap['other_engine'])} + queued {_fmt(gap['queued'])}"
+          f" + nothing running {_fmt(gap['runtime'])}")
+    if "model_bound_median_s" in s:
+        print(f"  bound 2, stock model time {_fmt(s['stock_model_median_s'])} minus skipped work:"
+              f" {_fmt(s['model_bound_median_s'])}, efficiency {_fmt(s['efficiency_model_median'], '')}"
+              f" (median skipped completion tokens {s['skipped_tokens_median']})")
+    else:
+        print("  bound 2 (stock model time) not measured: run without --no-record")
+    recorded = s.get("ayo_overhead_recorded_median_s")
+    print(f"  ayo overhead on the critical path median {_fmt(s['ayo_overhead_median_s'])}"
+          f" ({_fmt(s['ayo_overhead_median_pct'], '%')}; an upper bound where the call runs its own code outside"
+          f" Ayo's graph, as a doc-QA function does); Ayo's own accounting (capture, build, passes,"
+          f" scheduling) {_fmt(recorded)}")
 
 
 def print_load(name: str, out: dict[str, Any]) -> None:
@@ -399,18 +441,24 @@ def print_load(name: str, out: dict[str, Any]) -> None:
         print(f"  identical answers: {out['all_identical']}")
 
 
-def header(cfg: EnginesConfig, args: argparse.Namespace, search_latency: float, llm_given: bool) -> dict[str, Any]:
+def header(cfg: EnginesConfig, args: argparse.Namespace, search_latency: float, llm_url: str,
+           llm_given: bool) -> dict[str, Any]:
+    """The results file's head: its provenance (server asked at ``llm_url``) and the run's settings."""
+    prov = provenance.collect(llm_url, started_by_ayo=not llm_given, dtype=LLM_DTYPE)
     return {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine(),
+        "provenance": prov, "date": prov["date"], "machine": prov["machine"],
         "model": cfg.model, "llm_server": "AYO_LLM_URL (shared server)" if llm_given else "started by serve_llm",
         "max_tokens": cfg.max_tokens, "search_latency_s": search_latency, "mode": args.mode,
+        "recorded_llm_requests": not args.no_record and args.mode == "latency",
         "command": "ayo compare " + " ".join(args.argv),
     }
 
 
-async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, Any]:
+async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, meta: dict[str, Any],
+                      recorder: Any = None) -> dict[str, Any]:
     questions = load_questions(name, args.n)
     pair = AppPair(name, cfg)
+    pair.recorder = recorder
     pair.cache_reset_url = await probe_cache_reset(cfg.llm_url)
     result: dict[str, Any] = {**meta, "app": name, "framework": pair.module.FRAMEWORK, "ayo_missing": pair.ayo_missing,
                               "prefix_cache_reset_between_runs": bool(pair.cache_reset_url)}
@@ -448,11 +496,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="seconds per search request (default 0.3, or $AYO_SEARCH_LATENCY_S)")
     parser.add_argument("--out", default=str(default_results_dir()), help="results folder (default: %(default)s)")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--no-record", action="store_true",
+                        help="latency mode: send LLM requests straight to the server, without the recording "
+                             "pass-through (no stock-model bound, and the busiest-engine bound sees Ayo's graph only)")
     args = parser.parse_args(argv)
     args.argv = argv
     if args.rate <= 0:
         parser.error("--rate must be > 0")
     return args
+
+
+@contextmanager
+def recording(llm_url: str) -> Iterator[Any]:
+    """The recording pass-through in front of ``llm_url``; Ayo learns the server's device as for ``llm_url``."""
+    from ayo_core.engines.device import known_device, note_launched
+
+    from .recorder import LLMRequestRecorder
+
+    device = known_device(llm_url)
+    with LLMRequestRecorder(llm_url) as recorder:
+        if device is not None:  # else Ayo asks the server, through the pass-through, as it would directly
+            note_launched(recorder.base_url, device)
+        yield recorder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -472,16 +537,19 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
     apps = list(APPS) if args.app == "all" else [args.app]
     with ExitStack() as stack:
-        llm_url = stack.enter_context(serve_llm(dtype="float32"))
+        llm_url = stack.enter_context(serve_llm(dtype=LLM_DTYPE))
         search = stack.enter_context(SearchService(latency_s=args.search_latency, mode="process"))
-        cfg = EnginesConfig(llm_url=llm_url, max_tokens=args.max_tokens, search_url=search.url)
-        meta = header(cfg, args, search.latency_s, llm_given)
-        print(f"engines: LLM {llm_url} ({cfg.model}), search {search.url} (declared latency {search.latency_s:.3f} s)")
+        recorder = None if args.no_record or args.mode != "latency" else stack.enter_context(recording(llm_url))
+        cfg = EnginesConfig(llm_url=recorder.base_url if recorder else llm_url, max_tokens=args.max_tokens,
+                            search_url=search.url)
+        meta = header(cfg, args, search.latency_s, llm_url, llm_given)
+        print(f"engines: LLM {llm_url} ({cfg.model}{', recorded through ' + cfg.llm_url if recorder else ''}),"
+              f" search {search.url} (declared latency {search.latency_s:.3f} s)")
         with asyncio.Runner() as runner:
             # Sync apps (the LlamaIndex document-QA functions) run in threads: enough for open-loop load.
             runner.get_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
             for name in apps:
-                runner.run(compare_app(name, cfg, args, meta))
+                runner.run(compare_app(name, cfg, args, meta, recorder))
     return 0
 
 

@@ -28,6 +28,7 @@ from llama_index.core.response_synthesizers import (
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
 
 from ayo_core.introspect import overrides_reason
+from ayo_core.runtime import bridge
 from ayo_llamaindex import events
 from ayo_shims import llamaindex as shim
 
@@ -80,7 +81,8 @@ def source_texts(nodes: Sequence[Any]) -> list[str]:
 async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str], predict: PredictFn) -> Any:
     """``synth.get_response(query_str, chunks)`` for a mirrored ``mode``."""
     if mode == "compact":
-        chunks = shim.make_compact_text_chunks(synth, query_str, chunks)  # called, not copied
+        # called, not copied; off Ayo's loop, where LlamaIndex's token counting would start a thread per call
+        chunks = await bridge.off_loop(shim.make_compact_text_chunks, synth, query_str, chunks)
     if mode in ("compact", "refine"):
         with events.get_response(query_str, chunks):  # Refine.get_response's events (compact: packed chunks)
             return await refine_loop(synth, query_str, chunks, predict)
@@ -89,6 +91,11 @@ async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str]
     if mode == "simple_summarize":
         return await simple_summarize(synth, query_str, chunks, predict)
     raise ValueError(f"unknown synthesis mode {mode!r}: use compact, refine, tree_summarize or simple_summarize")
+
+
+def repack(synth: BaseSynthesizer, prompt: Any, chunks: Sequence[str]) -> list[str]:
+    """``synth``'s prompt helper packing ``chunks`` against ``prompt``, as the stock loops call it."""
+    return shim.synth_prompt_helper(synth).repack(prompt, chunks, llm=shim.synth_llm(synth))
 
 
 def initial_refine_chunks(synth: Refine, chunks: Sequence[str]) -> deque:
@@ -104,7 +111,7 @@ def initial_refine_chunks(synth: Refine, chunks: Sequence[str]) -> deque:
 
 async def refine_loop(synth: Refine, query_str: str, chunks: Sequence[str], predict: PredictFn) -> str:
     """``Refine._arun_refine_loop`` with ``DefaultRefineProgram`` (no streaming, no output_cls)."""
-    chunks_deque = initial_refine_chunks(synth, chunks)
+    chunks_deque = await bridge.off_loop(initial_refine_chunks, synth, chunks)
     response: str | None = None
     while chunks_deque:
         chunk = chunks_deque.popleft()
@@ -115,7 +122,7 @@ async def refine_loop(synth: Refine, query_str: str, chunks: Sequence[str], pred
             prompt_template = shim.refine_template(synth).partial_format(query_str=query_str, existing_answer=response)
             # the stock loop repacks against the partially formatted template (the
             # existing answer grows) and pushes any overflow back to the front
-            repacked = shim.synth_prompt_helper(synth).repack(prompt_template, [chunk], llm=shim.synth_llm(synth))
+            repacked = await bridge.off_loop(repack, synth, prompt_template, [chunk])
             if len(repacked) > 1:
                 chunks_deque.extendleft(repacked)
                 continue
@@ -132,7 +139,7 @@ async def tree_summarize(synth: TreeSummarize, query_str: str, chunks: Sequence[
     summary_template = shim.summary_template(synth).partial_format(query_str=query_str)
     stalled, previous = 0, None
     while True:
-        chunks = shim.synth_prompt_helper(synth).repack(summary_template, text_chunks=chunks, llm=shim.synth_llm(synth))
+        chunks = await bridge.off_loop(repack, synth, summary_template, chunks)
         if shim.synth_verbose(synth):
             print(f"{len(chunks)} text chunks after repacking")  # stock's verbose output, on stdout as in stock
         if len(chunks) == 1:

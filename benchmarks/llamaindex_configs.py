@@ -9,15 +9,21 @@ documents from ``examples/data/advanced_rag.json``):
 * ``docqa``: document QA, the question's documents indexed per call (SentenceSplitter, Chroma
   ``PersistentClient``, ``HuggingFaceEmbedding``), ``as_query_engine(similarity_top_k=3,
   response_mode="compact", use_async=True)``;
+* ``docqa_async``: the same function written ``async def`` with ``await engine.aquery()``;
 * ``docqa_advanced``: the same per-call indexing, then ``QueryFusionRetriever`` (3 queries,
-  reciprocal rerank) + ``LLMRerank`` (batches of 2) + ``refine``;
+  reciprocal rerank) + ``LLMRerank`` (batches of 2) + ``refine``, called with a plain
+  ``query()`` as users write it (**stock's default, sync path**: ``LLMRerank`` runs its
+  batches one after another);
+* ``docqa_advanced_async``: the same function written ``async def`` with ``await
+  engine.aquery()`` (**stock at its best**: ``LLMRerank``'s batches run concurrently);
 * ``advanced``: a pre-built index over the questions' documents, ``QueryFusionRetriever`` (3
   queries) + ``LLMRerank`` + ``refine``;
 * ``advanced_tree``: the same with ``tree_summarize`` (``use_async=True``).
 
 Stock runs at its best: ``use_async=True`` wherever LlamaIndex offers it and ``aquery`` for a
-query engine (it runs ``LLMRerank``'s batches concurrently); a doc-QA function, written with a
-plain ``query()`` as users write it, runs in a worker thread, the optimized one through
+query engine (it runs ``LLMRerank``'s batches concurrently); a doc-QA function written with a
+plain ``query()`` (the ``docqa*`` configs without ``_async``: the default users run, labelled
+so) runs in a worker thread, an ``async def`` one is awaited; the optimized one runs through
 ``acall``. Same vLLM server (``$AYO_LLM_URL``, else one started by ``serve_llm``), same process.
 After a warm-up, each pair runs the *same* question on both sides (same prompts, same answer
 lengths) and the order flips every pair. When the server runs in dev mode its prefix cache is
@@ -27,10 +33,12 @@ with Ayo first) cancels that. Each doc-QA question
 comes with its documents padded to ``--docs`` documents of the same modules.
 
 Printed per configuration: median latency of each side, the median per-pair ratio (stock /
-Ayo), efficiency = critical-path bound from Ayo's trace (longest chain of measured node
-durations) / Ayo's latency, where Ayo's time goes (trace stage breakdown, busy seconds per op)
-and where stock's time goes (LLM and embedding seconds from LlamaIndex's instrumentation).
-Results: ``benchmarks/results/llamaindex_configs.json``.
+Ayo), efficiency = the busiest engine's busy time in Ayo's run / Ayo's latency
+(:mod:`ayo_bench.bound`: a bound on any schedule, not Ayo's own critical path), where Ayo's
+time goes (trace stage breakdown, busy seconds per op) and where stock's time goes (LLM and
+embedding seconds from LlamaIndex's instrumentation). Results (with provenance):
+``$AYO_HOME/results/llamaindex_configs.json``; the committed ones are written on purpose with
+``--out benchmarks/results/llamaindex_configs.json``.
 """
 
 from __future__ import annotations
@@ -58,8 +66,16 @@ for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("
                       ("TOKENIZERS_PARALLELISM", "false")):
     os.environ.setdefault(_name, _value)
 
-RESULTS = REPO / "benchmarks" / "results" / "llamaindex_configs.json"
-CONFIGS = ("docqa", "docqa_advanced", "advanced", "advanced_tree")
+from ayo_bench import provenance  # noqa: E402 - after the environment defaults above
+from ayo_bench.bound import busiest_engine_bound, work_from_trace  # noqa: E402
+from ayo_core.models import ayo_home  # noqa: E402
+
+CONFIGS = ("docqa", "docqa_async", "docqa_advanced", "docqa_advanced_async", "advanced", "advanced_tree")
+STOCK_PATH = {"docqa": "sync query() in a worker thread (users' default)",
+              "docqa_async": "async def + aquery (stock's best)",
+              "docqa_advanced": "sync query() in a worker thread (users' default)",
+              "docqa_advanced_async": "async def + aquery (stock's best)",
+              "advanced": "aquery (stock's best)", "advanced_tree": "aquery (stock's best)"}
 
 
 # ---- the user's code (plain LlamaIndex) ---------------------------------------------------------
@@ -88,28 +104,36 @@ def advanced_engine(index: Any, llm: Any, mode: str) -> Any:
                                           node_postprocessors=[rerank])
 
 
-def docqa_function(llm: Any, embed_model: Any, chroma: Any, advanced: bool) -> Any:
+def docqa_function(llm: Any, embed_model: Any, chroma: Any, advanced: bool, use_async: bool = False) -> Any:
     from llama_index.core import StorageContext, VectorStoreIndex
     from llama_index.core.node_parser import SentenceSplitter
     from llama_index.vector_stores.chroma import ChromaVectorStore
 
     splitter = SentenceSplitter(chunk_size=128, chunk_overlap=16)
 
+    def engine_over(documents: list[Any], name: str) -> Any:
+        store = ChromaVectorStore(chroma_collection=chroma.get_or_create_collection(name, embedding_function=None))
+        index = VectorStoreIndex.from_documents(documents, embed_model=embed_model, transformations=[splitter],
+                                                storage_context=StorageContext.from_defaults(vector_store=store))
+        if advanced:
+            return advanced_engine(index, llm, "refine")
+        return index.as_query_engine(llm=llm, similarity_top_k=3, response_mode="compact", use_async=True)
+
     def answer(question: str, documents: list[Any]) -> Any:
         name = f"bench-{uuid.uuid4().hex}"
-        store = ChromaVectorStore(chroma_collection=chroma.get_or_create_collection(name, embedding_function=None))
         try:
-            index = VectorStoreIndex.from_documents(documents, embed_model=embed_model, transformations=[splitter],
-                                                    storage_context=StorageContext.from_defaults(vector_store=store))
-            if advanced:
-                engine = advanced_engine(index, llm, "refine")
-            else:
-                engine = index.as_query_engine(llm=llm, similarity_top_k=3, response_mode="compact", use_async=True)
-            return engine.query(question)
+            return engine_over(documents, name).query(question)
         finally:
             chroma.delete_collection(name)
 
-    return answer
+    async def aanswer(question: str, documents: list[Any]) -> Any:
+        name = f"bench-{uuid.uuid4().hex}"
+        try:
+            return await engine_over(documents, name).aquery(question)
+        finally:
+            chroma.delete_collection(name)
+
+    return aanswer if use_async else answer
 
 
 # ---- harness ----------------------------------------------------------------------------------
@@ -172,15 +196,18 @@ class Side:
         self.name, self.app, self.docqa = name, app, docqa
 
     async def run(self, item: dict[str, Any]) -> tuple[float, Any]:
-        t0 = time.perf_counter()
+        t0, self.window_start = time.perf_counter(), time.monotonic()
         if self.docqa:
             acall = getattr(self.app, "acall", None)
             if acall is not None:
                 out = await acall(item["question"], item["docs"])
+            elif asyncio.iscoroutinefunction(self.app):
+                out = await self.app(item["question"], item["docs"])
             else:
                 out = await asyncio.to_thread(self.app, item["question"], item["docs"])
         else:
             out = await self.app.aquery(item["question"])
+        self.window = (self.window_start, time.monotonic())  # the trace's clock
         return time.perf_counter() - t0, out
 
 
@@ -190,7 +217,7 @@ async def reset_prefix_cache(url: str | None) -> None:
         import httpx
 
         async with httpx.AsyncClient(timeout=30) as client:
-            await client.post(url)
+            (await client.post(url)).raise_for_status()  # a 404 (no dev mode) is no reset
 
 
 async def probe_cache_reset(llm_url: str) -> str | None:
@@ -222,7 +249,10 @@ async def bench(name: str, stock: Side, fast: Side, items: list[dict[str, Any]],
                 row["stock_busy"] = stock_times.window(t0, t0 + seconds)
             else:
                 tr = fast.app.last_trace
-                row["bound"] = tr.critical_path_bound()
+                report = busiest_engine_bound(work_from_trace(tr, fast.window))
+                row["bound"], row["busiest_engine"] = report.busy_s, report.busiest_engine
+                row["gap"] = {k: getattr(report, f"{k}_s") for k in ("outside_graph", "other_engine", "queued",
+                                                                     "runtime")}
                 row["ayo_breakdown"] = {op: v["busy"] for op, v in tr.stage_breakdown().items()}
                 row["ayo_wall"] = {op: v["wall"] for op, v in tr.stage_breakdown().items()}
                 row["overhead"] = sum(tr.overhead.values()) - tr.overhead.get("capture", 0.0)
@@ -251,6 +281,7 @@ def summarize(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     stock_kinds = sorted({k for r in rows for k in r["stock_busy"]})
     return {
         "config": name,
+        "stock_path": STOCK_PATH[name],
         "pairs": len(rows),
         "stock_median_s": med([r["stock"] for r in rows]),
         "ayo_median_s": med(ayo),
@@ -258,6 +289,8 @@ def summarize(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "ratio_balanced": balanced_ratio(rows),
         "efficiency_median": med([r["bound"] / r["ayo"] for r in rows]),
         "bound_median_s": med([r["bound"] for r in rows]),
+        "bound": "busiest engine busy time (ayo_bench.bound)",
+        "gap_median_s": {k: med([r["gap"][k] for r in rows]) for k in rows[0]["gap"]},
         "ayo_overhead_median_ms": 1000 * med([r["overhead"] for r in rows]),
         "ayo_busy_by_op_s": {op: med([r["ayo_breakdown"].get(op, 0.0) for r in rows]) for op in ops},
         "ayo_wall_by_op_s": {op: med([r["ayo_wall"].get(op, 0.0) for r in rows]) for op in ops},
@@ -295,7 +328,8 @@ def build_sides(name: str, url: str, max_tokens: int, embed_model: Any, chroma: 
 
     llm = make_llm(url, max_tokens)
     if name.startswith("docqa"):
-        fn = docqa_function(llm, embed_model, chroma, advanced=name == "docqa_advanced")
+        fn = docqa_function(llm, embed_model, chroma, advanced=name.startswith("docqa_advanced"),
+                            use_async=name.endswith("_async"))
         return Side("stock", fn, True), Side("ayo", ayo_llamaindex.optimize(fn), True)
     if "index" not in shared:
         from llama_index.core import VectorStoreIndex
@@ -328,15 +362,17 @@ async def run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
         print(f"== {name} ==", flush=True)
         results.append(await bench(name, stock, fast, items, args.pairs, stock_times, reset_url))
         print_summary(results[-1])
-    return {"date": dt.datetime.now().isoformat(timespec="seconds"), "llm_url": url, "max_tokens": args.max_tokens,
+    return {"provenance": provenance.collect(url, started_by_ayo=args.started_server, dtype="float32"),
+            "date": dt.datetime.now().isoformat(timespec="seconds"), "llm_url": url, "max_tokens": args.max_tokens,
             "docs_per_question": args.docs, "prefix_cache_reset": bool(reset_url),
             "pairs": args.pairs, "embed_threads": os.environ.get("AYO_EMBED_THREADS", "1"), "results": results}
 
 
 def print_summary(s: dict[str, Any]) -> None:
-    print(f"-- {s['config']}: stock {s['stock_median_s']:.2f}s  ayo {s['ayo_median_s']:.2f}s  "
+    print(f"-- {s['config']} (stock: {s['stock_path']}): stock {s['stock_median_s']:.2f}s  ayo {s['ayo_median_s']:.2f}s  "
           f"ratio {s['ratio_median']:.2f}x  efficiency {s['efficiency_median']:.2f}  "
-          f"(bound {s['bound_median_s']:.2f}s, overhead {s['ayo_overhead_median_ms']:.1f}ms)")
+          f"(busiest engine busy {s['bound_median_s']:.2f}s, overhead {s['ayo_overhead_median_ms']:.1f}ms)")
+    print("   gap: " + ", ".join(f"{k} {v:.2f}s" for k, v in s["gap_median_s"].items()))
     print("   ayo busy by op: " + ", ".join(f"{k} {v:.2f}s" for k, v in s["ayo_busy_by_op_s"].items()))
     print("   stock busy:     " + ", ".join(f"{k} {v:.2f}s" for k, v in s["stock_busy_s"].items()))
     print(f"   balanced ratio {s['ratio_balanced']:.2f}x; answers identical: {s['answers_identical']}/{s['pairs']}",
@@ -373,10 +409,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--docs", type=int, default=12, help="documents per doc-QA question (padded)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=ayo_home() / "results" / "llamaindex_configs.json",
+                        help="results file (default: %(default)s; committed: benchmarks/results/llamaindex_configs.json)")
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
         url = os.environ.get("AYO_LLM_URL")
+        args.started_server = not url
         if not url:
             from ayo_core.engines import serve_llm
 

@@ -31,3 +31,10 @@ def llm_url() -> Iterator[str]:
             yield url
         finally:
             os.environ.pop("AYO_LLM_URL", None)
+
+
+@pytest.fixture(scope="session")
+def tools_llm_url(llm_url: str) -> str:
+    """A server that speaks tool calls: ``AYO_TOOLS_LLM_URL`` if set, else the session's server (a
+    server Ayo starts for the default model has tool calling on; an ``AYO_LLM_URL`` of yours may not)."""
+    return os.environ.get("AYO_TOOLS_LLM_URL") or llm_url

@@ -34,6 +34,9 @@ DEFAULT_HOST = "127.0.0.1"
 _DTYPES = ("float32", "bfloat16")
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _FIX_SETUP = "run `make demo` (creates .venv-vllm and prepares the models) or `ayo models prepare`"
+# The default model's own template has no tools; this one adds them in the format of vLLM's `hermes`
+# tool-call parser and renders a request without tools exactly as the model's own template does.
+TOOLS_CHAT_TEMPLATE = Path(__file__).resolve().parent / "chat_templates" / "smollm2_tools.jinja"
 
 
 class LLMServerError(RuntimeError):
@@ -253,6 +256,20 @@ class LLMServer:
         log.info("vLLM server on port %s stopped", self.port)
 
 
+def tool_calling_args(tool_call_parser: str | None, chat_template: str | os.PathLike[str] | None,
+                      default_model: bool) -> list[str]:
+    """vLLM flags for tool calling: ``auto`` means the ``hermes`` parser and Ayo's tool-aware template
+    for the default model, and nothing for a model of the user's (whose template Ayo cannot know);
+    ``None`` / ``"none"`` turns tool calling off; any other name is vLLM's parser of that name."""
+    if tool_call_parser == "auto":
+        tool_call_parser = "hermes" if default_model else None
+        chat_template = chat_template or (TOOLS_CHAT_TEMPLATE if default_model else None)
+    args = [] if chat_template is None else ["--chat-template", str(chat_template)]
+    if tool_call_parser in (None, "none"):
+        return args
+    return [*args, "--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
+
+
 def start_server(
     port: int | None = None,
     dtype: str = "float32",
@@ -262,14 +279,20 @@ def start_server(
     extra_args: Sequence[str] = (),
     kv_cache_gib: float | None = None,
     host: str = DEFAULT_HOST,
+    tool_call_parser: str | None = "auto",
+    chat_template: str | os.PathLike[str] | None = None,
 ) -> LLMServer:
-    """Start a vLLM server and return it once healthy; the caller must ``stop()`` it (atexit also does)."""
+    """Start a vLLM server and return it once healthy; the caller must ``stop()`` it (atexit also does).
+
+    Tool calling (``tool_call_parser``, ``chat_template``: see :func:`tool_calling_args`) is on by
+    default for the default model: agents need it, and requests without tools are unchanged."""
     if port is not None:
         check_port_free(port, host)
     python = find_vllm_python()
     path = resolve_model(model, dtype)
     if port is None:
         port = free_port(host)
+    extra_args = [*tool_calling_args(tool_call_parser, chat_template, default_model=model is None), *extra_args]
     server = LLMServer(path, port, dtype=dtype, served_model_name=served_model_name, host=host,
                        kv_cache_gib=kv_cache_gib, extra_args=extra_args, python=python)
     server.start(timeout=startup_timeout)
@@ -287,6 +310,8 @@ def serve_llm(
     kv_cache_gib: float | None = None,
     host: str = DEFAULT_HOST,
     reuse_env: bool = True,
+    tool_call_parser: str | None = "auto",
+    chat_template: str | os.PathLike[str] | None = None,
 ) -> Iterator[str]:
     """Run a vLLM server for the ``with`` block and yield its base URL (``http://HOST:PORT/v1``).
 
@@ -294,13 +319,14 @@ def serve_llm(
     ``port=None`` picks a free port; a busy ``port`` raises LLMServerError naming it.
     ``kv_cache_gib`` sets ``VLLM_CPU_KVCACHE_SPACE`` (default: the environment's value,
     else 2). The server (its whole process group) is stopped on exit, on exceptions and at
-    interpreter exit. The log goes to ``$AYO_HOME/logs``.
+    interpreter exit. The log goes to ``$AYO_HOME/logs``. Tool calling: see :func:`start_server`.
     """
     existing = os.environ.get("AYO_LLM_URL")
     if reuse_env and existing:
         yield existing
         return
-    server = start_server(port, dtype, model, served_model_name, startup_timeout, extra_args, kv_cache_gib, host)
+    server = start_server(port, dtype, model, served_model_name, startup_timeout, extra_args, kv_cache_gib, host,
+                          tool_call_parser, chat_template)
     try:
         yield server.base_url
     finally:
@@ -320,13 +346,19 @@ def main_serve(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="model folder (default: the prepared SmolLM2-135M-Instruct)")
     parser.add_argument("--served-model-name", default=DEFAULT_SERVED_NAME)
     parser.add_argument("--startup-timeout", type=float, default=300.0)
+    parser.add_argument("--tool-call-parser", default="auto",
+                        help="vLLM's tool-call parser; 'auto' (default): 'hermes' with Ayo's tool-aware chat "
+                             "template for the default model, off for a --model of yours; 'none': off")
+    parser.add_argument("--chat-template", default=None,
+                        help="a Jinja chat template file (default: the model's own, or Ayo's tool-aware one)")
     args = parser.parse_args(list(argv) if argv is not None else None)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     # SIGTERM (e.g. from a supervisor) must run the same cleanup as Ctrl-C.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     server: LLMServer | None = None
     try:
-        server = start_server(args.port, args.dtype, args.model, args.served_model_name, args.startup_timeout)
+        server = start_server(args.port, args.dtype, args.model, args.served_model_name, args.startup_timeout,
+                              tool_call_parser=args.tool_call_parser, chat_template=args.chat_template)
         # From here a signal only sets a flag: a KeyboardInterrupt raised inside Popen.poll() can
         # leave its wait lock held, and stop() would then wait out its whole grace period.
         stop = threading.Event()

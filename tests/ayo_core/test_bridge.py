@@ -172,3 +172,28 @@ def test_use_executor_applies_to_the_running_loop() -> None:
         assert made == [bridge.WORKERS] and name.startswith(f"{bridge.THREAD_NAME}-test")
     finally:
         bridge.use_executor(previous)
+
+
+def test_off_loop_gives_sync_helpers_an_idle_loop_and_the_callers_context() -> None:
+    """A sync helper that runs coroutines itself (LlamaIndex's ``asyncio_run``) finds a loop that is
+    set and not running, so it reuses it instead of starting a thread per call; context vars go along."""
+    import contextvars
+
+    from ayo_core.runtime import bridge
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("off_loop_probe", default="unset")
+
+    async def answer() -> int:
+        return 42
+
+    def helper() -> tuple[bool, str, int]:
+        loop = asyncio.get_event_loop()  # what LlamaIndex's asyncio_run asks first
+        running = loop.is_running()
+        return running, var.get(), loop.run_until_complete(answer())
+
+    async def call() -> list[tuple[bool, str, int]]:
+        var.set("caller's")
+        return [await bridge.off_loop(helper) for _ in range(6)]
+
+    results = bridge.run_sync(call())
+    assert results == [(False, "caller's", 42)] * 6

@@ -4,28 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from ayo_bench import compare
+from ayo_bench import bound, compare
 from ayo_bench.plot import plot_result
 from ayo_bench.timeline import Recorder, spans_from_trace
 from benchmarks import readme_table
 
 
 class FakeTrace:
-    def __init__(self, latency: float) -> None:
-        self.latency, self.start = latency, 100.0
-        self.overhead = {"build": 0.001, "passes": 0.001}
-        self.nodes = [SimpleNamespace(op="embed", node="embed", start=100.0, end=100.0 + latency / 2),
-                      SimpleNamespace(op=SimpleNamespace(value="DECODE"), node="decode", start=100.0 + latency / 2,
-                                      end=100.0 + latency)]
+    """An Ayo trace of a call that embeds for half its time, then decodes (times on time.monotonic())."""
 
-    def critical_path_bound(self) -> float:
-        return self.latency * 0.9
+    def __init__(self, latency: float, start: float = 100.0) -> None:
+        self.latency, self.start, self.end = latency, start, start + latency
+        self.overhead = {"build": 0.001, "passes": 0.001}
+        half = start + latency / 2
+        self.nodes = [SimpleNamespace(op="embed", node="embed", engine="embed", start=start, end=half, queued=0.0),
+                      SimpleNamespace(op=SimpleNamespace(value="DECODE"), node="decode", engine="llm", start=half,
+                                      end=self.end, queued=0.0)]
+        self.engine_calls = [SimpleNamespace(engine="embed", start=start, end=half),
+                             SimpleNamespace(engine="llm", start=half, end=self.end)]
 
 
 class FakeApp:
@@ -33,9 +36,10 @@ class FakeApp:
         self.delay, self.traced, self.last_trace = delay, traced, None
 
     async def answer(self, item: dict[str, Any]) -> str:
+        start = time.monotonic()
         await asyncio.sleep(self.delay)
         if self.traced:
-            self.last_trace = FakeTrace(self.delay)
+            self.last_trace = FakeTrace(time.monotonic() - start, start)
         return f"answer to {item['id']}"
 
 
@@ -60,24 +64,31 @@ def test_statistics_helpers() -> None:
     assert compare.first_difference("abc", "abcdef") == 3
 
 
-def test_latency_run_alternates_and_summarizes() -> None:
+def test_latency_run_alternates_and_summarizes(capsys: pytest.CaptureFixture[str]) -> None:
     out = asyncio.run(compare.run_latency(fake_pair(), QUESTIONS, warmup=1))
     rows, s = out["pairs"], out["summary"]
     assert [r["first"] for r in rows] == ["stock", "ayo"] * 3  # order flips every pair
     assert s["n"] == 6 and s["all_identical"] and s["identical_answers"] == 6
     assert 1.3 < s["median_ratio"] < 3.0
     assert s["ayo_median_s"] < s["stock_median_s"]
-    assert s["efficiency_median"] == pytest.approx(0.9, rel=0.3)
-    assert 0 < s["ayo_overhead_median_s"] < 0.01
+    # the busiest engine (embed or llm: half the call each) was idle for half the call: Ayo's own
+    # trace cannot make this ~1.00, the old critical-path "efficiency" could only say yes
+    assert s["efficiency_median"] == pytest.approx(0.5, abs=0.1)
+    assert s["gap_median_s"]["other_engine"] == pytest.approx(s["gap_median_s"]["gap"], abs=0.002)
+    assert 0 <= s["ayo_overhead_median_s"] < 0.01 and s["ayo_overhead_recorded_median_s"] == pytest.approx(0.002)
+    compare.print_latency("fake", s, "")
+    printed = capsys.readouterr().out
+    assert "busiest engine" in printed and "below 1: see the gap" in printed
     assert s["balanced_ratio"] == pytest.approx((s["median_ratio_stock_first"] * s["median_ratio_ayo_first"]) ** 0.5)
 
 
-def test_whole_call_bound_counts_stock_code_outside_the_graph() -> None:
-    # a doc-QA call: 6 s of the user's own stock code (extraction), then a 4 s graph bounded at 3.6 s
-    row = {"ayo_s": 10.0, "ayo_trace": {"trace_latency_s": 4.0, "bound_s": 3.6}}
-    assert compare.whole_call_bound(row) == pytest.approx(9.6)
-    # a trace that covers the whole call adds nothing
-    assert compare.whole_call_bound({"ayo_s": 4.0, "ayo_trace": {"trace_latency_s": 4.0, "bound_s": 3.6}}) == 3.6
+def test_time_outside_the_graph_is_gap_not_bound() -> None:
+    # a doc-QA call: 6 s of the function's own code, then a 4 s graph whose LLM is busy 3.6 s of it
+    trace = FakeTrace(4.0, start=106.0)
+    trace.engine_calls = [SimpleNamespace(engine="llm", start=106.2, end=109.8)]
+    report = bound.busiest_engine_bound(bound.work_from_trace(trace, (100.0, 110.0)))
+    assert report.busy_s == pytest.approx(3.6) and report.efficiency == pytest.approx(0.36)
+    assert report.outside_graph_s == pytest.approx(6.0) and report.gap_s == pytest.approx(6.4)
 
 
 def test_balanced_ratio_cancels_the_second_runner_advantage() -> None:
@@ -151,3 +162,12 @@ def test_a_failing_optimized_run_is_counted_not_hidden() -> None:
     assert s["ayo_errors"] == 3 and s["stock_errors"] == 0 and "ayo_median_s" not in s
     assert all("adapter bug" in r["ayo_error"] for r in out["pairs"])
     compare.print_latency("fake", s, "")  # must not raise
+
+
+def test_results_go_outside_the_repository_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    assert not compare.default_results_dir().resolve().is_relative_to(repo)
+    monkeypatch.setenv("AYO_HOME", str(tmp_path))
+    assert compare.default_results_dir() == tmp_path / "results"
+    assert compare.parse_args(["naive_rag"]).out == str(tmp_path / "results")
+    assert compare.parse_args(["naive_rag", "--out", "benchmarks/results"]).out == "benchmarks/results"

@@ -1,0 +1,177 @@
+"""Lower bounds on one query's latency that can say no, and what the gap to them is made of.
+
+The old "efficiency" divided the critical path of the optimized run's own trace by that
+run's latency: ~1.00 by construction. The bounds here do not come from Ayo's schedule:
+
+* **busiest engine**: an engine serves this query's requests for at least the union of their
+  intervals, whatever the schedule; the busiest one (on a CPU machine the LLM server) bounds
+  the latency from below. ``efficiency = busy / latency`` falls below 1 exactly by the time
+  that engine sat idle while the query was running.
+* **stock model time minus skipped work**: stock's own LLM busy time (the union of its
+  request intervals, recorded on the way to the server), minus the decode work Ayo did not
+  do (fewer completion tokens, e.g. an early-stopped query expansion), charged at stock's
+  own seconds per completion token (that rate includes prefill, so the subtraction is
+  generous and the bound stays a bound). It assumes stock's batching: a run that batches
+  better can beat it, and then efficiency > 1 says so.
+
+The gap between the busiest engine's busy time and the latency is split, instant by instant,
+into: time outside Ayo's graph (the call's own code, capture and lowering that run before
+the graph, loop hops, event replay), time another engine worked while the busiest one waited
+(idle engine time on the critical path), time this query's requests sat queued at an engine,
+and the rest: nothing of the query running (scheduling, Python between nodes).
+
+Everything is intervals in one clock: ``time.monotonic()``, which is what asyncio's
+``loop.time()`` (and so Ayo's trace) uses.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Interval = tuple[float, float]
+
+
+# ---- interval algebra ------------------------------------------------------------------
+def merge(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint intervals covering the same time; empty and reversed ones dropped."""
+    out: list[list[float]] = []
+    for lo, hi in sorted((a, b) for a, b in intervals if b > a):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def length(intervals: Iterable[Interval]) -> float:
+    """Length of the union of ``intervals`` (overlaps counted once)."""
+    return sum(hi - lo for lo, hi in merge(intervals))
+
+
+def clip(intervals: Iterable[Interval], lo: float, hi: float) -> list[Interval]:
+    """The parts of ``intervals`` inside ``[lo, hi]``, merged."""
+    return merge((max(a, lo), min(b, hi)) for a, b in intervals)
+
+
+def subtract(base: Iterable[Interval], holes: Iterable[Interval]) -> list[Interval]:
+    """``base`` minus ``holes`` (both may overlap themselves)."""
+    out: list[Interval] = []
+    cut = merge(holes)
+    for lo, hi in merge(base):
+        cur = lo
+        for a, b in cut:
+            if b <= cur or a >= hi:
+                continue
+            if a > cur:
+                out.append((cur, a))
+            cur = max(cur, b)
+        if cur < hi:
+            out.append((cur, hi))
+    return out
+
+
+# ---- one query -------------------------------------------------------------------------
+@dataclass
+class QueryWork:
+    """What one query did, as intervals: the whole call, Ayo's graph inside it, engine work, queueing."""
+
+    call: Interval
+    graph: Interval | None = None
+    engines: dict[str, list[Interval]] = field(default_factory=dict)
+    queued: list[Interval] = field(default_factory=list)
+    other_work: list[Interval] = field(default_factory=list)  # nodes off the engines (local Python nodes)
+
+
+@dataclass
+class BoundReport:
+    """The busiest-engine bound of one query and what the gap to it is made of (seconds)."""
+
+    latency_s: float
+    busiest_engine: str
+    busy_s: float
+    efficiency: float
+    gap_s: float
+    outside_graph_s: float
+    other_engine_s: float
+    queued_s: float
+    runtime_s: float
+    busy_by_engine: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def busiest_engine_bound(work: QueryWork) -> BoundReport:
+    """The busiest engine's busy time inside the call, efficiency, and the gap split by cause."""
+    lo, hi = work.call
+    latency = max(0.0, hi - lo)
+    busy = {name: clip(iv, lo, hi) for name, iv in work.engines.items()}
+    busy_by_engine = {name: length(iv) for name, iv in busy.items()}
+    name = max(busy_by_engine, key=lambda n: busy_by_engine[n], default="")
+    idle = subtract([(lo, hi)], busy.get(name, []))  # the busiest engine waits: the gap
+    inside = clip(idle, *work.graph) if work.graph else []
+    outside = subtract(idle, inside)
+    others = [iv for n, ivs in busy.items() if n != name for iv in ivs] + list(work.other_work)
+    other_engine = clip_to(inside, others)
+    rest = subtract(inside, other_engine)
+    queued = clip_to(rest, work.queued)
+    runtime = subtract(rest, queued)
+    busy_s = busy_by_engine.get(name, 0.0)
+    return BoundReport(
+        latency_s=latency, busiest_engine=name, busy_s=busy_s,
+        efficiency=busy_s / latency if latency > 0 else float("nan"), gap_s=length(idle),
+        outside_graph_s=length(outside), other_engine_s=length(other_engine), queued_s=length(queued),
+        runtime_s=length(runtime), busy_by_engine=busy_by_engine,
+    )
+
+
+def clip_to(base: Iterable[Interval], mask: Iterable[Interval]) -> list[Interval]:
+    """The parts of ``base`` covered by ``mask`` (intersection)."""
+    base = merge(base)
+    return subtract(base, subtract(base, mask))
+
+
+def stock_model_bound(stock_requests: list[dict[str, Any]], ayo_requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stock's LLM busy time minus the decode work Ayo skipped (see the module docstring).
+
+    Each request is a recorder row: ``start``, ``end``, ``completion_tokens``.
+    """
+    stock_s = length((r["start"], r["end"]) for r in stock_requests)
+    stock_tokens = sum(r.get("completion_tokens") or 0 for r in stock_requests)
+    ayo_tokens = sum(r.get("completion_tokens") or 0 for r in ayo_requests)
+    skipped_tokens = max(0, stock_tokens - ayo_tokens)
+    per_token = stock_s / stock_tokens if stock_tokens else 0.0
+    skipped_s = min(stock_s, skipped_tokens * per_token)
+    return {"stock_model_s": stock_s, "stock_requests": len(stock_requests), "ayo_requests": len(ayo_requests),
+            "stock_completion_tokens": stock_tokens, "ayo_completion_tokens": ayo_tokens,
+            "skipped_tokens": skipped_tokens, "skipped_s": skipped_s, "bound_s": stock_s - skipped_s}
+
+
+# ---- from an Ayo trace -----------------------------------------------------------------
+def work_from_trace(trace: Any, call: Interval, llm_requests: list[dict[str, Any]] | None = None,
+                    llm_engine: str = "llm server (recorded)") -> QueryWork:
+    """A :class:`QueryWork` from Ayo's ``last_trace`` (engine calls, node spans) for one call.
+
+    ``llm_requests`` (recorder rows inside the call) add the LLM server's own view, which
+    also sees requests made outside Ayo's graph (a doc-QA function's own stock code).
+    """
+    engines: dict[str, list[Interval]] = defaultdict(list)
+    for c in getattr(trace, "engine_calls", []) or []:
+        engines[str(c.engine)].append((c.start, c.end))
+    queued, other = [], []
+    engine_nodes = set(engines)
+    for s in getattr(trace, "nodes", []) or []:
+        if s.queued > 0:
+            queued.append((s.start, s.start + s.queued))
+        if str(s.engine) not in engine_nodes:
+            other.append((s.start, s.end))
+    if llm_requests:
+        # one server, two views: the trace's LLM calls are a subset of what the server was sent
+        llm_kinds = [n for n in engines if n.lower().startswith("llm")]
+        recorded = [(r["start"], r["end"]) for r in llm_requests]
+        engines[llm_engine] = recorded + [iv for n in llm_kinds for iv in engines.pop(n)]
+    graph = (trace.start, trace.end) if trace is not None and trace.end > trace.start else None
+    return QueryWork(call=call, graph=graph, engines=dict(engines), queued=queued, other_work=other)

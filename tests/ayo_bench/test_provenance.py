@@ -1,0 +1,93 @@
+"""Provenance of a results file: commit and dirty flag, server version, flags, dtype, model, machine, date.
+
+The server is a loopback stub answering vLLM's ``/version``, ``/v1/models`` and ``/metrics``
+(the real server's answers, trimmed), so the test needs no vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ayo_bench import provenance
+from tests.stub_http import JSONHandler, LoopbackServer
+
+REPO = Path(__file__).resolve().parents[2]
+METRICS = ('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="32",cache_dtype="auto",'
+           'enable_prefix_caching="True",engine="0",kv_cache_memory_bytes="2147483648",num_gpu_blocks="1456"} 1.0\n')
+
+
+class FakeVLLM(LoopbackServer):
+    def __init__(self) -> None:
+        class Handler(JSONHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path == "/version":
+                    self.reply(200, b'{"version": "0.32.0"}')
+                elif self.path == "/v1/models":
+                    self.reply(200, json.dumps({"data": [{"id": "SmolLM2-135M-Instruct", "max_model_len": 8192,
+                                                          "root": "/cache/models/SmolLM2-135M-Instruct-float32"}]})
+                               .encode())
+                elif self.path == "/metrics":
+                    self.reply(200, METRICS.encode(), kind="text/plain")
+                else:
+                    self.reply(404, b"{}")
+
+        super().__init__(Handler)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeVLLM]:
+    s = FakeVLLM()
+    yield s
+    s.close()
+
+
+def test_every_field_is_present_for_a_server_ayo_started(server: FakeVLLM) -> None:
+    p = provenance.collect(server.url, started_by_ayo=True, dtype="float32")
+    assert re.fullmatch(r"[0-9a-f]{40}", p["git"]["commit"]) and isinstance(p["git"]["dirty"], bool)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", p["date"])
+    assert {"cpu", "cores", "python", "os"} <= set(p["machine"])
+    srv = p["server"]
+    assert (srv["version"], srv["model"], srv["dtype"], srv["max_model_len"]) == ("0.32.0", "SmolLM2-135M-Instruct",
+                                                                                  "float32", 8192)
+    assert srv["cache_config"] == {"block_size": "32", "cache_dtype": "auto", "enable_prefix_caching": "True",
+                                   "kv_cache_memory_bytes": "2147483648", "num_gpu_blocks": "1456"}
+    flags = srv["launch_flags"]
+    # the flags of Ayo's own launcher, for this server
+    assert flags[flags.index("--dtype") + 1] == "float32" and flags[flags.index("--port") + 1] == str(
+        server.url.split(":")[-1].split("/")[0])
+    assert "--enforce-eager" in flags and "--enable-prefix-caching" in flags and not srv["url_given"]
+    assert flags[flags.index("--tool-call-parser") + 1] == "hermes"  # serve_llm's default for the default model
+    json.dumps(p)  # it goes into a JSON file as is
+
+
+def test_a_server_given_by_url_says_what_is_unknown(server: FakeVLLM) -> None:
+    srv = provenance.collect(server.url, started_by_ayo=False, dtype="float32")["server"]
+    assert srv["url_given"] and srv["launch_flags"] is None
+    assert srv["dtype"] == "float32" and "inferred" in srv["dtype_source"]
+
+
+def test_an_unreachable_server_leaves_blanks_not_an_error() -> None:
+    srv = provenance.collect("http://127.0.0.1:9/v1", started_by_ayo=False, dtype="float32")["server"]
+    assert srv["version"] is None and srv["dtype"] is None
+
+
+def test_a_folder_outside_a_checkout_has_no_commit(tmp_path: Path) -> None:
+    assert provenance.git_state(tmp_path)["commit"] is None
+    assert provenance.git_state(REPO)["commit"] is not None
+
+
+def test_compare_results_carry_provenance(server: FakeVLLM) -> None:
+    from types import SimpleNamespace
+
+    from ayo_bench import compare
+
+    cfg = SimpleNamespace(model="SmolLM2-135M-Instruct", max_tokens=64)
+    args = compare.parse_args(["naive_rag", "-n", "2"])
+    head = compare.header(cfg, args, 0.3, server.url, llm_given=False)  # type: ignore[arg-type]
+    assert head["provenance"]["server"]["version"] == "0.32.0" and head["recorded_llm_requests"]
+    assert head["date"] == head["provenance"]["date"] and head["machine"] == head["provenance"]["machine"]
