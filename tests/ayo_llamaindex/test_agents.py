@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 import pytest
@@ -77,13 +76,6 @@ def calculator_tools() -> list[Any]:
     return [multiply]
 
 
-@pytest.fixture(scope="module")
-def tools_url(llm_url: str) -> str:
-    """A server that speaks tool calls (``AYO_TOOLS_LLM_URL``: a tool-aware chat template and vLLM's
-    --tool-call-parser), else the session's server."""
-    return os.environ.get("AYO_TOOLS_LLM_URL") or llm_url
-
-
 def test_react_agent_matches_stock_on_five_questions(llm_url: str) -> None:
     def agent() -> ReActAgent:
         return ReActAgent(tools=calculator_tools(), llm=make_llm(llm_url), system_prompt="You are a helpful tutor.")
@@ -104,13 +96,13 @@ def test_react_agent_matches_stock_on_five_questions(llm_url: str) -> None:
     assert ("step:run_agent_step", "LLMCall") in [(m.name, m.template) for m in fast.explain().modules]
 
 
-def test_a_tool_that_raises_behaves_as_stock(tools_url: str) -> None:
+def test_a_tool_that_raises_behaves_as_stock(tools_llm_url: str) -> None:
     def lookup_weather(city: str = "Paris") -> str:
         """Look up today's weather in a city."""
         raise RuntimeError(f"the weather service for {city} is down")
 
     def agent() -> FunctionAgent:
-        return FunctionAgent(tools=[lookup_weather], llm=make_llm(tools_url, 32, tools=True),
+        return FunctionAgent(tools=[lookup_weather], llm=make_llm(tools_llm_url, 32, tools=True),
                              initial_tool_choice="lookup_weather")
 
     async def main() -> list[tuple[Any, Any]]:
