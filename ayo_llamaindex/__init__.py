@@ -3,6 +3,8 @@
 * a query engine (``index.as_query_engine(...)``, a hand-built ``RetrieverQueryEngine``,
   anything that is a ``BaseQueryEngine``) -> an :class:`OptimizedQueryEngine`: same
   ``query``/``aquery`` results, faster, plus ``explain()`` and ``last_trace``;
+* a ``Workflow`` (a user's subclass, ``FunctionAgent``, ``ReActAgent``, ``AgentWorkflow``) -> an
+  :class:`OptimizedWorkflow`: ``run(...)`` returns stock's handler (same result, events, ctx);
 * a function in the document-QA pattern (indexes the documents it is given, then
   queries them) -> an :class:`OptimizedFunction` with the same signature, plus
   ``acall``, ``explain()`` and ``last_trace``.
@@ -18,7 +20,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OptimizedFunction", "OptimizedQueryEngine", "optimize"]
+__all__ = ["OptimizedFunction", "OptimizedQueryEngine", "OptimizedWorkflow", "optimize"]
 
 
 def optimize(target: Any, policy: str = "critical_path") -> Any:
@@ -43,6 +45,8 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
         return target if target._policy == policy else optimize(target.stock, policy=policy)
     if isinstance(target, BaseQueryEngine):
         return OptimizedQueryEngine(target, policy=policy)
+    if (workflow := _optimize_workflow(target, policy)) is not None:
+        return workflow
     if _is_llama_index_object(target):
         # a retriever, chat engine, index, ...: never refuse a LlamaIndex object (it runs as it is)
         log.warning("ayo_llamaindex.optimize: %s", unsupported_message(target))
@@ -53,9 +57,33 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
                     f"{type(target).__name__}; for an index, pass index.as_query_engine(...)")
 
 
+# Packages of the LlamaIndex ecosystem whose objects optimize() returns unchanged rather than refusing:
+# Workflow lives in `workflows` (llama-index-workflows), re-exported as llama_index.core.workflow
+_LLAMA_INDEX_PACKAGES = ("llama_index", "llama_index_instrumentation", "workflows")
+
+
+def _optimize_workflow(target: Any, policy: str) -> Any:
+    """A Workflow (or agent) run by Ayo; the user's object back (with a warning) when Ayo leaves it;
+    None for anything that is not a Workflow."""
+    from workflows import Workflow
+
+    from ayo_llamaindex.workflow import OptimizedWorkflow, unrecognized_reason
+
+    if isinstance(target, OptimizedWorkflow):
+        return target if target._policy == policy else OptimizedWorkflow(target.stock, policy=policy)
+    if not isinstance(target, Workflow):
+        return None
+    if reason := unrecognized_reason(target):
+        log.warning("ayo_llamaindex.optimize: %s is returned unchanged (it runs as stock, unoptimized): %s",
+                    type(target).__name__, reason)
+        return target
+    return OptimizedWorkflow(target, policy=policy)
+
+
 def _is_llama_index_object(target: Any) -> bool:
     # the class or any base (a user's subclass of BaseRetriever is still a LlamaIndex object)
-    return any(getattr(cls, "__module__", "").startswith("llama_index.") for cls in type(target).__mro__[:-1])
+    return any(getattr(cls, "__module__", "").split(".")[0] in _LLAMA_INDEX_PACKAGES
+               for cls in type(target).__mro__[:-1])
 
 
 def _fixes() -> tuple[tuple[type, str], ...]:
@@ -89,4 +117,8 @@ def __getattr__(name: str) -> Any:
         from ayo_llamaindex.docqa import OptimizedFunction
 
         return OptimizedFunction
+    if name == "OptimizedWorkflow":
+        from ayo_llamaindex.workflow import OptimizedWorkflow
+
+        return OptimizedWorkflow
     raise AttributeError(f"module 'ayo_llamaindex' has no attribute {name!r}")

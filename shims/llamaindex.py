@@ -38,7 +38,7 @@ CHROMA_CHECKED = "0.6.x (checked 0.6.0)"
 # the distributions ayo_llamaindex touches -> the module whose import means it is in use (None: always)
 FRAMEWORKS = {CORE: None, INSTRUMENTATION: None, OPENAI_LLM: "llama_index.llms.openai",
               HF_EMBED: "llama_index.embeddings.huggingface", CHROMA: "llama_index.vector_stores.chroma",
-              "openai": "openai"}
+              "openai": "openai", "llama-index-workflows": None}
 
 
 def frameworks_in_use() -> tuple[str, ...]:
@@ -552,3 +552,7 @@ EMBEDDING_MIRRORED = mirrored(_HF, "HuggingFaceEmbedding", (
     "_get_text_embeddings", "_aget_text_embedding", "_aget_text_embeddings", "get_query_embedding",
     "get_text_embedding_batch", "get_agg_embedding_from_queries"), framework=HF_EMBED, checked=HF_EMBED_CHECKED,
     why="Ayo's embedding engine computes the vectors the model's own methods would")
+
+
+# the Workflow touchpoints live in their own module; importing it declares them with this adapter's
+from ayo_shims import llamaindex_workflows  # noqa: E402,F401
