@@ -31,7 +31,10 @@ APPS: dict[str, tuple[int, int]] = {
     "contextual_retrieval": (2, 2),
     "search_augmented": (3, 0),
     "agent": (4, 0),
+    "chat": (5, 3),
 }
+# chat: each item is a 3-turn conversation, the question then follow-ups that need the history
+CHAT_FOLLOW_UPS = ("What arguments does it take?", "When should I use it rather than {other}?")
 DOC_QA_TEMPLATES = (
     "What does {name} do?",
     "What arguments does {name} take?",
@@ -98,6 +101,9 @@ def make_app_questions(app: str, docs: list[dict[str, str]]) -> list[dict[str, o
         item: dict[str, object] = {"id": f"{app}-{k + 1:02d}", "question": text, "target": name}
         if ndocs:
             item["docs"] = companions(docs, doc, ndocs)
+        if app == "chat":
+            other = item["docs"][1] if len(item["docs"]) > 1 else name  # type: ignore[index]
+            item["turns"] = [text, *(t.format(other=other) for t in CHAT_FOLLOW_UPS)]
         questions.append(item)
     return questions
 
