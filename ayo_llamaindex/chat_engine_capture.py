@@ -108,6 +108,8 @@ class ChatEnginePlan:
             out += self.query_engine.opaque_modules()
         if self.retriever is not None and self.retriever.kind == "opaque":
             out.append((type(self.retriever.obj).__name__, self.retriever.reason))
+        out += [(e.label, f"embedding called as the user's object: {e.reason}")
+                for e in self.embed_bindings() if self.query_engine is None and not e.recognized]
         out += [(type(p.obj).__name__, p.reason) for p in self.postprocessors if p.kind == "opaque"]
         return out
 
