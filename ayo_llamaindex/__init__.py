@@ -3,6 +3,9 @@
 * a query engine (``index.as_query_engine(...)``, a hand-built ``RetrieverQueryEngine``,
   anything that is a ``BaseQueryEngine``) -> an :class:`OptimizedQueryEngine`: same
   ``query``/``aquery`` results, faster, plus ``explain()`` and ``last_trace``;
+* a chat engine (``index.as_chat_engine(chat_mode="condense_plus_context" | "context" |
+  "condense_question")`` or those classes built directly) -> an :class:`OptimizedChatEngine`: same
+  ``chat``/``achat``/``stream_chat``/``astream_chat`` responses and memory, plus ``explain()``;
 * a function in the document-QA pattern (indexes the documents it is given, then
   queries them) -> an :class:`OptimizedFunction` with the same signature, plus
   ``acall``, ``explain()`` and ``last_trace``.
