@@ -5,6 +5,9 @@
   ``query``/``aquery`` results, faster, plus ``explain()`` and ``last_trace``;
 * a ``Workflow`` (a user's subclass, ``FunctionAgent``, ``ReActAgent``, ``AgentWorkflow``) -> an
   :class:`OptimizedWorkflow`: ``run(...)`` returns stock's handler (same result, events, ctx);
+* a chat engine (``index.as_chat_engine(chat_mode="condense_plus_context" | "context" |
+  "condense_question")`` or those classes built directly) -> an :class:`OptimizedChatEngine`: same
+  ``chat``/``achat``/``stream_chat``/``astream_chat`` responses and memory, plus ``explain()``;
 * a function in the document-QA pattern (indexes the documents it is given, then
   queries them) -> an :class:`OptimizedFunction` with the same signature, plus
   ``acall``, ``explain()`` and ``last_trace``.
@@ -31,20 +34,24 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
     object again (same object back when the policy is the same).
     """
     from llama_index.core.base.base_query_engine import BaseQueryEngine
+    from llama_index.core.chat_engine.types import BaseChatEngine
 
+    from ayo_llamaindex.chat_engine import OptimizedChatEngine, optimize_chat_engine
     from ayo_llamaindex.docqa import OptimizedFunction
     from ayo_llamaindex.query_engine import OptimizedQueryEngine
     from ayo_shims import llamaindex as shim
-    from ayo_shims import openai_sdk  # noqa: F401 - imported for its touchpoint declarations
+    from ayo_shims import llamaindex_chat, openai_sdk  # noqa: F401 - imported for their touchpoint declarations
     from ayo_shims.touchpoints import verify
 
     # a framework release that dropped an internal Ayo relies on fails here, naming it (once per process)
     verify(*shim.frameworks_in_use())
-    if isinstance(target, OptimizedQueryEngine | OptimizedFunction):
+    if isinstance(target, OptimizedQueryEngine | OptimizedFunction | OptimizedChatEngine):
         # wrapping our own stand-in again would only add a layer (and a thread hop) per query
         return target if target._policy == policy else optimize(target.stock, policy=policy)
     if isinstance(target, BaseQueryEngine):
         return OptimizedQueryEngine(target, policy=policy)
+    if isinstance(target, BaseChatEngine):  # recognized modes are lowered; any other stays the user's
+        return optimize_chat_engine(target, policy=policy)
     if (workflow := _optimize_workflow(target, policy)) is not None:
         return workflow
     if _is_llama_index_object(target):
@@ -94,15 +101,15 @@ def _fixes() -> tuple[tuple[type, str], ...]:
     return (
         (BaseRetriever, "a retriever: pass RetrieverQueryEngine.from_args(retriever, llm=...) (or "
                         "index.as_query_engine(...)) to optimize() and call .retrieve()/.query() on the result"),
-        (BaseChatEngine, "a chat engine: Ayo optimizes query engines; pass index.as_query_engine(...), or a "
-                         "function that answers a question, to optimize()"),
+        (BaseChatEngine, "a chat engine Ayo does not lower: Ayo lowers chat_mode='condense_plus_context', "
+                         "'context' and 'condense_question' engines (unmodified); pass one of those"),
         (BaseIndex, "an index: pass index.as_query_engine(...) to optimize()"),
     )
 
 
-def unsupported_message(target: Any) -> str:
+def unsupported_message(target: Any, why: str = "") -> str:
     """What ``optimize`` says about a LlamaIndex object it returns unchanged: what it is, and the fix."""
-    what = next((fix for base, fix in _fixes() if isinstance(target, base)),
+    what = why or next((fix for base, fix in _fixes() if isinstance(target, base)),
                 "not a query engine or a function: pass a query engine (index.as_query_engine(...)) or a "
                 "function that builds and queries one")
     return f"{type(target).__name__} is returned unchanged (it runs as stock, unoptimized): it is {what}"

@@ -33,7 +33,10 @@ APPS: dict[str, tuple[int, int]] = {
     "search_augmented": (3, 0),
     "agent": (4, 0),
     "graph": (5, 0),
+    "chat": (5, 3),
 }
+# chat: each item is a 3-turn conversation, the question then follow-ups that need the history
+CHAT_FOLLOW_UPS = ("What arguments does it take?", "When should I use it rather than {other}?")
 DOC_QA_TEMPLATES = (
     "What does {name} do?",
     "What arguments does {name} take?",
@@ -103,6 +106,9 @@ def make_app_questions(app: str, docs: list[dict[str, str]]) -> list[dict[str, o
         item: dict[str, object] = {"id": f"{app}-{k + 1:02d}", "question": text, "target": name}
         if ndocs:
             item["docs"] = companions(docs, doc, ndocs)
+        if app == "chat":
+            other = item["docs"][1] if len(item["docs"]) > 1 else name  # type: ignore[index]
+            item["turns"] = [text, *(t.format(other=other) for t in CHAT_FOLLOW_UPS)]
         questions.append(item)
     return questions
 

@@ -259,7 +259,7 @@ def test_objects_optimize_does_not_take_run_unchanged_with_a_clear_warning(index
 
     cases = [(index.as_retriever(), "RetrieverQueryEngine.from_args"), (MyRetriever(), "RetrieverQueryEngine"),
              (index, "index.as_query_engine"),
-             (index.as_chat_engine(llm=FakeLLM(), chat_mode="context"), "chat engine"),
+             (index.as_chat_engine(llm=FakeLLM(), chat_mode="simple"), "chat engine"),
              (FakeLLM(), "index.as_query_engine")]
     for obj, fix in cases:
         caplog.clear()

@@ -1,0 +1,205 @@
+"""The drop-in chat engine: ``optimize(index.as_chat_engine(chat_mode=...))`` returns an ``OptimizedChatEngine``.
+
+Each turn calls the user's memory exactly as the stock engine does (``set``/``get`` before, ``put``
+after; the async methods use ``aset``/``aget``/``aput``), runs the condense step, retrieval and the
+answer as one lowered graph (:mod:`ayo_llamaindex.chat_engine_lowering`) on the core's shared
+runtime, and returns stock's response objects. ``stream_chat``/``astream_chat`` run condense and
+retrieval lowered, then stream the answer from the engine's own streaming synthesizer; a
+``condense_question`` engine's streamed turns run as stock (its query engine's streaming flag is
+flipped by stock's own code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import Any
+
+from llama_index.core.callbacks import trace_method
+from llama_index.core.chat_engine.types import AgentChatResponse, BaseChatEngine, StreamingAgentChatResponse
+from llama_index.core.schema import QueryBundle
+
+from ayo_core.explain import Explanation, explanation
+from ayo_core.passes import optimize_graph
+from ayo_core.runtime.caller import CALLER_LOOP
+from ayo_core.runtime.errors import unwrap_node_failure
+from ayo_llamaindex import chat_engine_turns as turns
+from ayo_llamaindex.chat_engine_capture import ChatEnginePlan, capture_chat_engine
+from ayo_llamaindex.chat_engine_lowering import TurnState, build_turn_graph
+from ayo_llamaindex.runtime import LOOP, assign_engines, runtime_for
+from ayo_shims import llamaindex_chat as chat_shim
+
+log = logging.getLogger(__name__)
+_ids = itertools.count()
+
+
+def optimize_chat_engine(engine: Any, policy: str = "critical_path") -> Any:
+    """An :class:`OptimizedChatEngine` for a recognized chat engine; any other stays the user's object
+    (a warning says why)."""
+    from ayo_llamaindex import unsupported_message
+
+    plan, reason = capture_chat_engine(engine)
+    if plan is None:
+        log.warning("ayo_llamaindex.optimize: %s", unsupported_message(engine, reason))
+        return engine
+    return OptimizedChatEngine(plan, policy=policy)
+
+
+class OptimizedChatEngine(BaseChatEngine):
+    """A ``BaseChatEngine`` answering each turn of the user's chat engine as an optimized Ayo graph.
+
+    Same responses (text, ``sources``, ``source_nodes``), same memory contents, same stream text as
+    the stock engine; ``explain()`` shows what was lowered; ``last_trace`` is the last turn's trace.
+    """
+
+    def __init__(self, plan: ChatEnginePlan, policy: str = "critical_path") -> None:
+        t0 = time.perf_counter()
+        self._plan, self._policy, self._stock = plan, policy, plan.obj
+        self._memory = chat_shim.chat_memory(plan.obj)
+        self._assign = assign_engines(plan.llm_bindings(), plan.embed_bindings())
+        self.callback_manager = plan.obj.callback_manager
+        self.last_trace: Any = None
+        self.last_graph: Any = None
+        self._capture_s = time.perf_counter() - t0
+
+    @property
+    def stock(self) -> BaseChatEngine:
+        """The user's original chat engine."""
+        return self._stock
+
+    @property
+    def mode(self) -> str:
+        return self._plan.mode
+
+    # -- one turn's graph ---------------------------------------------------------------------
+    def _graph(self, history: list[Any], state: TurnState, streaming: bool) -> Any:
+        graph = build_turn_graph(self._plan, self._assign, history, state, f"chat{next(_ids)}", streaming)
+        graph.lint()
+        graph = optimize_graph(graph)
+        graph.meta["overhead"] = {"capture": self._capture_s} if self.last_trace is None else {}
+        return graph
+
+    async def _run(self, graph: Any, inputs: dict[str, Any], caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
+        CALLER_LOOP.set(caller_loop)  # this task's own context: opaque nodes take stock's async path in achat
+        try:
+            value, trace = await runtime_for(self._assign, self._policy).run(graph, inputs)
+        except Exception as exc:
+            raise unwrap_node_failure(exc) from None
+        self.last_trace, self.last_graph = trace, graph
+        return value
+
+    def _inputs(self, message: str, history: list[Any], prev_chunks: Any) -> dict[str, Any]:
+        return {"message": message, "history": history, "query": QueryBundle(message), "prev_chunks": prev_chunks}
+
+    def _turn(self, message: str, history: list[Any], prev_chunks: Any = None, streaming: bool = False) -> tuple[TurnState, Any]:
+        state = TurnState(condensed=message)
+        graph = self._graph(history, state, streaming)
+        return state, LOOP.run_sync(self._run(graph, self._inputs(message, history, prev_chunks)))
+
+    async def _aturn(self, message: str, history: list[Any], prev_chunks: Any = None,
+                     streaming: bool = False) -> tuple[TurnState, Any]:
+        state = TurnState(condensed=message)
+        graph = self._graph(history, state, streaming)
+        inputs = self._inputs(message, history, prev_chunks)
+        return state, await LOOP.arun(self._run(graph, inputs, asyncio.get_running_loop()))
+
+    # -- memory, in the stock engine's order ------------------------------------------------------
+    def _history(self, message: str, chat_history: list[Any] | None) -> list[Any]:
+        if self.mode == "condense_question":  # stock: chat_history or memory.get (no set)
+            return chat_history or self._memory.get(input=message)
+        if chat_history is not None:
+            self._memory.set(chat_history)
+        return self._memory.get(input=message)
+
+    async def _ahistory(self, message: str, chat_history: list[Any] | None) -> list[Any]:
+        if self.mode == "condense_question":
+            return chat_history or await self._memory.aget(input=message)
+        if chat_history is not None:
+            await self._memory.aset(chat_history)
+        return await self._memory.aget(input=message)
+
+    def _check_prev_chunks(self, method: str, prev_chunks: Any) -> None:
+        if prev_chunks is not None and self.mode != "context":  # only ContextChatEngine takes it
+            raise TypeError(f"{type(self._stock).__name__}.{method}() got an unexpected keyword argument 'prev_chunks'")
+
+    def _answer(self, message: str, state: TurnState, response: Any) -> AgentChatResponse:
+        tool_output = None
+        if self.mode == "condense_question":
+            tool_output = chat_shim.tool_output_from_response(self._stock, state.condensed, response)
+        return turns.chat_response(self.mode, message, state, response, tool_output)
+
+    # -- the chat API ------------------------------------------------------------------------------
+    @trace_method("chat")
+    def chat(self, message: str, chat_history: list[Any] | None = None, prev_chunks: Any = None) -> AgentChatResponse:
+        self._check_prev_chunks("chat", prev_chunks)
+        state, response = self._turn(message, self._history(message, chat_history), prev_chunks)
+        answer = self._answer(message, state, response)
+        for turn_message in turns.turn_messages(self.mode, message, response):
+            self._memory.put(turn_message)
+        return answer
+
+    @trace_method("chat")
+    async def achat(self, message: str, chat_history: list[Any] | None = None,
+                    prev_chunks: Any = None) -> AgentChatResponse:
+        self._check_prev_chunks("achat", prev_chunks)
+        state, response = await self._aturn(message, await self._ahistory(message, chat_history), prev_chunks)
+        answer = self._answer(message, state, response)
+        for turn_message in turns.turn_messages(self.mode, message, response):
+            await self._memory.aput(turn_message)
+        return answer
+
+    @trace_method("chat")
+    def stream_chat(self, message: str, chat_history: list[Any] | None = None,
+                    prev_chunks: Any = None) -> StreamingAgentChatResponse:
+        self._check_prev_chunks("stream_chat", prev_chunks)
+        if self.mode == "condense_question":
+            return self._stock.stream_chat(message, chat_history)
+        history = self._history(message, chat_history)
+        state, nodes = self._turn(message, history, prev_chunks, streaming=True)
+        streaming = chat_shim.response_synthesizer(self._stock, history, streaming=True).synthesize(message, nodes)
+        self._memory.put(turns.turn_messages(self.mode, message, "")[0])
+        return turns.stream_response(self.mode, message, state, streaming, self._memory)
+
+    @trace_method("chat")
+    async def astream_chat(self, message: str, chat_history: list[Any] | None = None,
+                           prev_chunks: Any = None) -> StreamingAgentChatResponse:
+        self._check_prev_chunks("astream_chat", prev_chunks)
+        if self.mode == "condense_question":
+            return await self._stock.astream_chat(message, chat_history)
+        history = await self._ahistory(message, chat_history)
+        state, nodes = await self._aturn(message, history, prev_chunks, streaming=True)
+        synth = chat_shim.response_synthesizer(self._stock, history, streaming=True)
+        streaming = await synth.asynthesize(message, nodes)
+        await self._memory.aput(turns.turn_messages(self.mode, message, "")[0])
+        return turns.astream_response(self.mode, message, state, streaming, self._memory)
+
+    def reset(self) -> None:
+        self._stock.reset()
+
+    @property
+    def chat_history(self) -> list[Any]:
+        return self._stock.chat_history
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names this class lacks (chat_repl helpers, attributes users read): the stock engine's
+        stock = self.__dict__.get("_stock")
+        if stock is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(stock, name)
+
+    def explain(self) -> Explanation:
+        """The chat engine's modules (what was lowered, to which template), the last turn's primitive graph
+        (a first turn's when none ran yet), passes and optimizations; ``str()`` is the human view."""
+        graph = self.last_graph
+        if graph is None:
+            graph = self._graph([], TurnState(), streaming=False)
+        modules = self._plan.modules()
+        lowered = [(m.name, m.kind) for m in modules.lowered() if m.name != "chat_engine"]
+        return explanation(f"Ayo plan for {type(self._stock).__name__} (chat_mode={self.mode})", graph=graph,
+                           trace=self.last_trace, modules=[("chat_engine", self.mode), *lowered],
+                           opaque=self._plan.opaque_modules(), module_lines=modules.lines())
+
+    def __repr__(self) -> str:
+        return f"OptimizedChatEngine({type(self._stock).__name__}, chat_mode={self.mode})"
