@@ -33,7 +33,7 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
     from ayo_llamaindex.docqa import OptimizedFunction
     from ayo_llamaindex.query_engine import OptimizedQueryEngine
     from ayo_shims import llamaindex as shim
-    from ayo_shims import openai_sdk  # noqa: F401 - imported for its touchpoint declarations
+    from ayo_shims import llamaindex_engines, openai_sdk  # noqa: F401 - imported for their touchpoint declarations
     from ayo_shims.touchpoints import verify
 
     # a framework release that dropped an internal Ayo relies on fails here, naming it (once per process)
@@ -42,7 +42,9 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
         # wrapping our own stand-in again would only add a layer (and a thread hop) per query
         return target if target._policy == policy else optimize(target.stock, policy=policy)
     if isinstance(target, BaseQueryEngine):
-        return OptimizedQueryEngine(target, policy=policy)
+        from ayo_llamaindex.sub_question import optimize_composed  # SubQuestion / Router engines
+
+        return optimize_composed(target, policy) or OptimizedQueryEngine(target, policy=policy)
     if _is_llama_index_object(target):
         # a retriever, chat engine, index, ...: never refuse a LlamaIndex object (it runs as it is)
         log.warning("ayo_llamaindex.optimize: %s", unsupported_message(target))
