@@ -108,6 +108,23 @@ def test_streaming_parts_finds_complete_objects() -> None:
     assert complete_objects('{"items": [{"tool_name": "a"}]}') == []  # not a sub-question: nothing streams
 
 
+def test_engine_touchpoints_verify_and_are_listed() -> None:
+    from pathlib import Path
+
+    from ayo_shims import llamaindex_engines
+    from ayo_shims import touchpoints as tp
+
+    readme = (Path(llamaindex_engines.__file__).parent / "README.md").read_text()
+    ours = [t for t in tp.touchpoints() if t.name.startswith(("llama_index.core.query_engine.sub_question",
+                                                                "llama_index.core.query_engine.router",
+                                                                "llama_index.core.question_gen",
+                                                                "llama_index.core.selectors"))]
+    assert len(ours) == 11
+    for t in ours:
+        t.verify()
+        assert f"| `{t.name}` | {t.framework} | {t.checked} |" in readme
+
+
 def test_equivalence_five_questions_and_pipelining(llm_url: str, tools: list[QueryEngineTool],
                                                    debug: LlamaDebugHandler) -> None:
     stock = sub_question_engine(llm_url, tools)  # use_async=True: from_defaults' default, stock at its best
