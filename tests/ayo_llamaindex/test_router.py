@@ -107,3 +107,22 @@ def test_pydantic_selector_stays_opaque_with_a_reason(llm_url: str, tools: list[
     assert isinstance(fast, OptimizedRouterQueryEngine)
     reasons = dict((m.name, m.reason) for m in fast.explain().opaque)
     assert "tool calling" in reasons["selector"]
+
+
+def test_pydantic_selector_on_a_tool_calling_server(tools: list[QueryEngineTool]) -> None:
+    """The selector stays the user's object (a function call through the server's tool parser); the chosen
+    engine is still optimized: same answer, same selection, same error when the 135M model writes no call."""
+    import os
+
+    from llama_index.core.selectors import PydanticSingleSelector
+    from llama_index.llms.openai_like import OpenAILike
+
+    url = os.environ.get("AYO_TOOLS_LLM_URL")
+    if not url:  # the lead's tools_llm_url fixture (tests/conftest.py) starts one when none is given
+        pytest.skip("AYO_TOOLS_LLM_URL is not set: no tool-calling server (ayo serve --tool-calling)")
+    calling = OpenAILike(model="SmolLM2-135M-Instruct", api_base=url, api_key="none", is_chat_model=True,
+                         is_function_calling_model=True, temperature=0.0, max_tokens=128)
+    stock = RouterQueryEngine.from_defaults(query_engine_tools=tools, llm=make_llm(url, 64),
+                                            selector=PydanticSingleSelector.from_defaults(llm=calling))
+    fast = ayo_llamaindex.optimize(stock)
+    assert outcome(fast, QUESTIONS[0]) == outcome(stock, QUESTIONS[0])
