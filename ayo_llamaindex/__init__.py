@@ -40,7 +40,7 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
     from ayo_llamaindex.docqa import OptimizedFunction
     from ayo_llamaindex.query_engine import OptimizedQueryEngine
     from ayo_shims import llamaindex as shim
-    from ayo_shims import llamaindex_chat, openai_sdk  # noqa: F401 - imported for their touchpoint declarations
+    from ayo_shims import llamaindex_chat, llamaindex_engines, openai_sdk  # noqa: F401 - imported for their touchpoint declarations
     from ayo_shims.touchpoints import verify
 
     # a framework release that dropped an internal Ayo relies on fails here, naming it (once per process)
@@ -49,7 +49,9 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
         # wrapping our own stand-in again would only add a layer (and a thread hop) per query
         return target if target._policy == policy else optimize(target.stock, policy=policy)
     if isinstance(target, BaseQueryEngine):
-        return OptimizedQueryEngine(target, policy=policy)
+        from ayo_llamaindex.sub_question import optimize_composed  # SubQuestion / Router engines
+
+        return optimize_composed(target, policy) or OptimizedQueryEngine(target, policy=policy)
     if isinstance(target, BaseChatEngine):  # recognized modes are lowered; any other stays the user's
         return optimize_chat_engine(target, policy=policy)
     if (workflow := _optimize_workflow(target, policy)) is not None:

@@ -21,7 +21,7 @@ from ayo_core.models import LLM_NAME, ayo_home, embedding_model_path
 from .corpus import get_documents
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-APPS = ("naive_rag", "advanced_rag", "search_augmented", "contextual_retrieval", "agent", "graph", "chat")
+APPS = ("naive_rag", "advanced_rag", "search_augmented", "contextual_retrieval", "agent", "graph", "chat", "sub_question")
 
 
 def _default_llm_url() -> str:

@@ -81,7 +81,7 @@ def test_wheel_holds_the_packages_and_not_the_repo_folders(installed: dict[str, 
         assert (site / name / "__init__.py").is_file(), f"{name} is not in the installed distribution"
     assert sorted(p.name for p in (site / "ayo_examples" / "data").glob("*.json")) == [
         "advanced_rag.json", "agent.json", "chat.json", "contextual_retrieval.json", "graph.json", "naive_rag.json",
-        "search_augmented.json"]
+        "search_augmented.json", "sub_question.json"]
     for folder in ("benchmarks", "examples", "shims", "tests"):
         assert not (site / folder).exists(), f"the distribution installs the checkout folder {folder}/"
 

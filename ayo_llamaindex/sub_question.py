@@ -1,0 +1,345 @@
+"""``SubQuestionQueryEngine`` lowered: a streamed question generator feeding concurrent sub-answers.
+
+Stock ``SubQuestionQueryEngine`` waits for the generator's whole JSON list, then answers the
+sub-questions (one after another with ``use_async=False``), then synthesizes. Here::
+
+    query ── question_gen (DECODE, streamed: one part per complete {"sub_question", "tool_name"} object)
+               └─ sub_answer (TOOL_CALL per part: the tool's query engine, optimized; starts as soon as
+                  its object is complete, while the generator still writes the next one)
+                    └─ synthesize (DECODE: the engine's synthesizer over the answered pairs) ── output
+
+Every prompt is rendered by LlamaIndex's own code (the generator's prompt and ``build_tools_text``,
+``LLMBinding.predict``); the final list is the generator's own output parser's (its errors, e.g.
+``No valid JSON found in output``, are stock's); a streamed sub-question that the final parse does
+not confirm is answered again (or cancelled). Each tool's query engine runs as an
+:class:`~ayo_llamaindex.query_engine.OptimizedQueryEngine` on the same shared engine schedulers, so
+the sub-answers' embeddings and decodes batch. A generator Ayo cannot reproduce (a subclass, another
+generator class, an LLM it does not recognize) runs as the user's object in one node; an engine
+subclass that overrides the control flow stays the user's object (see :func:`capture_sub_question`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.callbacks.schema import CBEventType, EventPayload
+from llama_index.core.query_engine import SubQuestionQueryEngine
+from llama_index.core.query_engine.sub_question_query_engine import SubQuestionAnswerPair
+from llama_index.core.question_gen.llm_generators import LLMQuestionGenerator
+from llama_index.core.question_gen.prompts import build_tools_text
+from llama_index.core.question_gen.types import SubQuestion
+from llama_index.core.schema import QueryBundle
+from llama_index.core.utils import get_color_mapping, print_text
+
+from ayo_core.explain import explanation, record_optimization
+from ayo_core.graph import Graph
+from ayo_core.introspect import overrides_reason
+from ayo_core.passes import optimize_graph
+from ayo_core.runtime.caller import call_stock
+from ayo_core.templates import LLMCall, Opaque, Synthesis, SynthesisHooks, ToolCall
+from ayo_llamaindex import events, synthesis
+from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
+from ayo_llamaindex.llm import LLMBinding
+from ayo_llamaindex.query_engine import OptimizedQueryEngine
+from ayo_llamaindex.runtime import EngineAssignment, assign_engines, llm_send
+from ayo_shims import llamaindex as shim
+from ayo_shims import llamaindex_engines as eng
+
+log = logging.getLogger(__name__)
+
+
+class ToolQueryEngine(OptimizedQueryEngine):
+    """A tool's query engine inside a composed engine's graph (SubQuestion, Router): its own optimized graph,
+    awaited on the loop the composed query already runs on (``aquery`` would hop to that same loop)."""
+
+    async def aquery_in_graph(self, question: str | QueryBundle) -> Any:
+        """``aquery(question)``: the same response and query events, run from a node of another graph."""
+        bundle = QueryBundle(question) if isinstance(question, str) else question
+        loop = asyncio.get_running_loop()
+        if self._stock_query:  # the stock engine's own query() emits its events inside the opaque node
+            return await self._run(bundle, loop)
+        with events.QueryCall(self, question).span() as done:  # BaseQueryEngine.aquery's events
+            with self._query_event(bundle) as event:
+                response = await self._run(bundle, loop)
+                event.on_end(payload={EventPayload.RESPONSE: response})
+            return done(response)
+
+
+def tool_engine(query_engine: Any, policy: str) -> ToolQueryEngine:
+    stock = query_engine.stock if isinstance(query_engine, OptimizedQueryEngine) else query_engine
+    return ToolQueryEngine(stock, policy)
+
+
+@dataclass
+class SubQuestionPlan:
+    """What capture found in a ``SubQuestionQueryEngine``."""
+
+    obj: Any
+    parts: dict[str, Any]
+    generator_llm: LLMBinding | None  # None: the generator runs as the user's object
+    generator_reason: str
+    tools: dict[str, ToolQueryEngine]
+    synthesizer: SynthesizerPlan
+    kind: str = "sub_question"
+    notes: list[str] = field(default_factory=list)
+
+    def llm_bindings(self) -> list[LLMBinding]:
+        return [b for b in (self.generator_llm, self.synthesizer.llm) if b is not None]
+
+    def opaque_modules(self) -> list[tuple[str, str]]:
+        out = []
+        if self.generator_llm is None:
+            out.append(("question_gen", self.generator_reason))
+        elif not self.generator_llm.recognized:
+            out.append((self.generator_llm.label, f"LLM called as the user's object: {self.generator_llm.reason}"))
+        if self.synthesizer.mode is None:
+            out.append(("synthesizer", self.synthesizer.reason))
+        for name, tool in self.tools.items():
+            out.extend((f"tool[{name}].{m.name}", m.reason) for m in tool.explain().opaque)
+        return out
+
+
+def not_lowered_reason(engine: Any) -> str | None:
+    """Why ``engine`` (a ``SubQuestionQueryEngine``) runs as the user's object; None when Ayo lowers it."""
+    return overrides_reason(engine, SubQuestionQueryEngine, eng.SUBQ_MIRRORED)
+
+
+def capture_sub_question(engine: Any, policy: str) -> SubQuestionPlan:
+    parts = eng.subq_parts(engine)
+    gen = parts["question_gen"]
+    binding, reason = None, ""
+    if not isinstance(gen, LLMQuestionGenerator):
+        reason = f"{type(gen).__name__} is a question generator Ayo does not reproduce"
+    elif over := overrides_reason(gen, LLMQuestionGenerator, eng.QUESTION_GEN_MIRRORED):
+        reason = over
+    else:
+        binding = LLMBinding(eng.question_gen_llm(gen))
+    tools: dict[str, ToolQueryEngine] = {}
+    by_engine: dict[int, ToolQueryEngine] = {}
+    for name, qe in parts["query_engines"].items():
+        if id(qe) not in by_engine:  # one engine behind several tools is optimized once
+            by_engine[id(qe)] = tool_engine(qe, policy)
+        tools[name] = by_engine[id(qe)]
+    return SubQuestionPlan(engine, parts, binding, reason, tools, capture_synthesizer(parts["synthesizer"]))
+
+
+# -- streaming the generator's JSON ----------------------------------------------------------
+
+def complete_objects(text: str) -> list[SubQuestion]:
+    """The sub-questions whose JSON objects are complete in ``text`` (the list the generator is writing),
+    in order; stops at the first object that is not a valid sub-question."""
+    start = text.find("[")
+    out: list[SubQuestion] = []
+    if start < 0:
+        return out
+    depth, in_string, escaped, obj_start = 0, False, False, -1
+    for i in range(start + 1, len(text)):
+        ch = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch == "{":
+            depth += 1
+            if depth == 1:
+                obj_start = i
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                try:
+                    out.append(SubQuestion.model_validate(json.loads(text[obj_start:i + 1])))
+                except ValueError:
+                    return out
+        elif ch == "]" and depth == 0:
+            break
+    return out
+
+
+def streaming_parts(text: str) -> list[Any]:
+    """Finished sub-questions, then a stand-in for the object still being written (held back by the runtime)."""
+    return [*complete_objects(text), None]
+
+
+# -- lowering --------------------------------------------------------------------------------
+
+def build_sub_question_graph(plan: SubQuestionPlan, assign: EngineAssignment) -> Graph:
+    g = Graph(query_id="q")
+    g.input("query")
+    questions = _lower_generator(g, plan, assign)
+    answers = ToolCall(_sub_answer_fn(plan), "sub_question", takes_ctx=True, per_part="sub_q", side_effect=False,
+                       resources=None, cost=2.0).build(g, "sub_answer", {"sub_q": questions})
+    g.output(_lower_synthesis(g, plan, assign, answers))
+    if plan.generator_llm is not None:
+        record_optimization(g, "sub_question_pipelining", "sub_answer",
+                            "each sub-question's query engine starts once its JSON object is complete in the "
+                            "generator's stream; sub-answers run concurrently on the shared engine schedulers")
+    else:
+        record_optimization(g, "concurrent_sub_answers", "sub_answer",
+                            "sub-answers run concurrently on the shared engine schedulers")
+    return g
+
+
+def _lower_generator(g: Graph, plan: SubQuestionPlan, assign: EngineAssignment) -> str:
+    gen, metadatas = plan.parts["question_gen"], plan.parts["metadatas"]
+    verbose = plan.parts["verbose"]
+
+    def announce(questions: list[SubQuestion]) -> list[SubQuestion]:
+        if verbose:
+            print_text(f"Generated {len(questions)} sub questions.\n")
+        return questions
+
+    if plan.generator_llm is None:
+        async def run(ctx: Any, query: QueryBundle) -> list[SubQuestion]:
+            return announce(await call_stock(gen.generate, gen.agenerate, metadatas, query))
+
+        return Opaque(run, "question_gen", takes_ctx=True, resources=None, cost=1.0,
+                      reason=plan.generator_reason).build(g, "question_gen", {"query": "query"})
+    binding, kind = plan.generator_llm, assign.llm_kind(plan.generator_llm)
+    prompt = eng.question_gen_prompt(gen)
+
+    async def call(ctx: Any, query: QueryBundle) -> str:
+        # LLMQuestionGenerator.generate's predict, its decode streamed to the sub-answers
+        return await binding.predict(llm_send(ctx, kind), prompt, stream_cb=ctx.stream_cb,
+                                     tools_str=build_tools_text(metadatas), query_str=query.query_str)
+
+    def parse(text: str) -> list[SubQuestion]:
+        return announce(prompt.output_parser.parse(text).parsed_output)  # the generator's own parser
+
+    return LLMCall(lambda query: query, "question_gen", call=call, parse=parse, parts=streaming_parts,
+                   cost=1.0).build(g, "question_gen", {"query": "query"})
+
+
+def _sub_answer_fn(plan: SubQuestionPlan) -> Any:
+    engine, verbose = plan.obj, plan.parts["verbose"]
+    tools = plan.tools
+
+    async def answer(ctx: Any, sub_q: SubQuestion) -> SubQuestionAnswerPair | None:
+        """``SubQuestionQueryEngine._aquery_subq`` with the tool's optimized query engine."""
+        index = ctx.span.part if ctx.span is not None and ctx.span.part is not None else 0
+        color = get_color_mapping([str(i) for i in range(index + 1)])[str(index)]
+        question = sub_q.sub_question
+        try:
+            with engine.callback_manager.event(
+                    CBEventType.SUB_QUESTION,
+                    payload={EventPayload.SUB_QUESTION: SubQuestionAnswerPair(sub_q=sub_q)}) as event:
+                query_engine = tools[sub_q.tool_name]
+                if verbose:
+                    print_text(f"[{sub_q.tool_name}] Q: {question}\n", color=color)
+                response = await query_engine.aquery_in_graph(question)
+                response_text = str(response)
+                if verbose:
+                    print_text(f"[{sub_q.tool_name}] A: {response_text}\n", color=color)
+                qa_pair = SubQuestionAnswerPair(sub_q=sub_q, answer=response_text, sources=response.source_nodes)
+                event.on_end(payload={EventPayload.SUB_QUESTION: qa_pair})
+            return qa_pair
+        except Exception:  # stock: a failed sub-question is logged and left out
+            log.warning(f"[{sub_q.tool_name}] Failed to run {question}", exc_info=True)  # noqa: G004 - stock's text
+            return None
+
+    return answer
+
+
+def _answered(engine: Any, pairs: list[SubQuestionAnswerPair | None]) -> tuple[list[Any], list[Any]]:
+    qa_pairs = [p for p in pairs if p]
+    nodes = [eng.subq_construct_node(engine, p) for p in qa_pairs]
+    return nodes, [n for p in qa_pairs for n in p.sources]
+
+
+def _lower_synthesis(g: Graph, plan: SubQuestionPlan, assign: EngineAssignment, answers: str) -> str:
+    synth, engine = plan.synthesizer.obj, plan.obj
+    if plan.synthesizer.mode is None:
+        async def run_opaque(ctx: Any, query: QueryBundle, pairs: list) -> Any:
+            nodes, sources = _answered(engine, pairs)
+            return await call_stock(synth.synthesize, synth.asynthesize, query=query, nodes=nodes,
+                                    additional_source_nodes=sources)
+
+        return Opaque(run_opaque, "synthesizer", takes_ctx=True, resources=None, cost=1.0,
+                      reason=plan.synthesizer.reason).build(g, "synthesize", {"query": "query", "pairs": answers})
+    from ayo_llamaindex.lowering import synthesis_runner
+
+    kind = assign.llm_kind(plan.synthesizer.llm)
+    synthesize_text = synthesis_runner(plan.synthesizer, assign)
+
+    async def run(ctx: Any, query: QueryBundle, pairs: list) -> Any:
+        nodes, sources = _answered(engine, pairs)
+        event = events.Synthesis(synth, query)  # BaseSynthesizer.synthesize's events
+        if not nodes:
+            return event.end(synthesis.empty_response(synth))
+        event.begin()
+        with event.failing():
+            text = await synthesize_text(ctx, query.query_str, nodes)
+            return event.end(shim.prepare_response_output(synth, text, [*nodes, *sources]))
+
+    hooks = SynthesisHooks(run=run, engine=kind or "local")
+    return Synthesis(plan.synthesizer.mode, module="synthesizer", hooks=hooks).build(
+        g, "synthesize", {"query": "query", "pairs": answers})
+
+
+class OptimizedSubQuestionQueryEngine(OptimizedQueryEngine):
+    """A ``SubQuestionQueryEngine`` run as an Ayo graph: same ``query``/``aquery`` results (text, source
+    nodes, the ``SUB_QUESTION`` events' answer pairs), sub-answers started while the generator writes."""
+
+    def __init__(self, query_engine: SubQuestionQueryEngine, policy: str = "critical_path") -> None:
+        t0 = time.perf_counter()
+        self._stock = query_engine
+        self._policy = policy
+        self._plan = capture_sub_question(query_engine, policy)
+        self._assign = assign_engines(self._plan.llm_bindings(), [])
+        graph = build_sub_question_graph(self._plan, self._assign)
+        graph.lint()
+        self._graph = optimize_graph(graph)
+        self._capture_s = time.perf_counter() - t0
+        self.last_trace: Any = None
+        self._stock_query = False
+        BaseQueryEngine.__init__(self, callback_manager=query_engine.callback_manager)
+
+    def explain(self) -> Any:
+        lines = [f"query_engine: {type(self._stock).__name__}",
+                 f"  question_gen: {'LLMCall(streamed parts)' if self._plan.generator_llm else 'Opaque'}"
+                 f" ({type(self._plan.parts['question_gen']).__name__})",
+                 *(f"  tool[{name}]: {tool.explain().modules[0].template if tool.explain().modules else 'Opaque'}"
+                   f" ({type(tool.stock).__name__})" for name, tool in self._plan.tools.items()),
+                 f"  synthesizer: {self._plan.synthesizer.template}"]
+        modules = [(type(self._stock).__name__, "QueryEngine")]
+        if self._plan.generator_llm is not None:
+            modules.append((type(self._plan.parts["question_gen"]).__name__, "LLMCall(parts)"))
+        if self._plan.synthesizer.mode is not None:
+            modules.append((type(self._plan.synthesizer.obj).__name__, self._plan.synthesizer.template))
+        return explanation(f"Ayo plan for {type(self._stock).__name__}", graph=self._graph, trace=self.last_trace,
+                           modules=modules, opaque=self._plan.opaque_modules(), module_lines=lines)
+
+    def __repr__(self) -> str:
+        return f"OptimizedSubQuestionQueryEngine({type(self._stock).__name__})"
+
+
+def optimize_composed(target: Any, policy: str) -> Any | None:
+    """The optimized stand-in for a ``SubQuestionQueryEngine`` or ``RouterQueryEngine``; None for other
+    engines. A subclass that overrides their control flow runs as the user's object (in one opaque
+    node, with a warning that says why)."""
+    from llama_index.core.query_engine import RouterQueryEngine
+
+    from ayo_llamaindex import router
+
+    if isinstance(target, SubQuestionQueryEngine):
+        reason, build = not_lowered_reason(target), OptimizedSubQuestionQueryEngine
+    elif isinstance(target, RouterQueryEngine):
+        reason, build = router.not_lowered_reason(target), router.OptimizedRouterQueryEngine
+    else:
+        return None
+    if reason is not None:
+        log.warning("ayo_llamaindex.optimize: %s runs as the user's object (one opaque node, unoptimized): %s",
+                    type(target).__name__, reason)
+        return OptimizedQueryEngine(target, policy=policy)
+    return build(target, policy=policy)

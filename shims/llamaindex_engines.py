@@ -1,0 +1,128 @@
+"""LlamaIndex internals the SubQuestion and Router engine lowerings touch (``ayo_llamaindex.sub_question``,
+``ayo_llamaindex.router``): the engines' private state, the question generator's and selectors' LLM and
+prompt, and the selectors' private helpers. Each is reached through one function here, declared once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ayo_shims.llamaindex import CORE, CORE_CHECKED, assigns, mirrored
+from ayo_shims.touchpoints import declare, has_attr
+
+_SUBQ = "llama_index.core.query_engine.sub_question_query_engine"
+_ROUTER = "llama_index.core.query_engine.router_query_engine"
+_QGEN = "llama_index.core.question_gen.llm_generators"
+_SEL = "llama_index.core.selectors.llm_selectors"
+
+# -- SubQuestionQueryEngine ------------------------------------------------------------------
+
+declare(f"{_SUBQ}.SubQuestionQueryEngine._question_gen/_response_synthesizer/_metadatas/_query_engines/"
+        "_verbose/_use_async", framework=CORE, checked=CORE_CHECKED,
+        why="capture reads the engine's question generator, tools, synthesizer and flags",
+        check=assigns(_SUBQ, "SubQuestionQueryEngine", "_question_gen", "_response_synthesizer", "_metadatas",
+                      "_query_engines", "_verbose", "_use_async"))
+
+
+def subq_parts(engine: Any) -> dict[str, Any]:
+    """The engine's parts: ``question_gen``, ``synthesizer``, ``metadatas``, ``query_engines``, ``verbose``,
+    ``use_async``."""
+    return {"question_gen": engine._question_gen, "synthesizer": engine._response_synthesizer,
+            "metadatas": list(engine._metadatas), "query_engines": dict(engine._query_engines),
+            "verbose": bool(engine._verbose), "use_async": bool(engine._use_async)}
+
+
+declare(f"{_SUBQ}.SubQuestionQueryEngine._construct_node", framework=CORE, checked=CORE_CHECKED,
+        why="the final synthesis reads each answered sub-question as the node stock builds for it",
+        check=has_attr(_SUBQ, "SubQuestionQueryEngine", "_construct_node"))
+
+
+def subq_construct_node(engine: Any, qa_pair: Any) -> Any:
+    return engine._construct_node(qa_pair)
+
+
+SUBQ_MIRRORED = mirrored(_SUBQ, "SubQuestionQueryEngine", (
+    "query", "aquery", "_query", "_aquery", "_aquery_subq", "_query_subq", "_construct_node"),
+    why="the engine's control flow (generate, answer each sub-question, synthesize) is lowered to a graph")
+
+declare(f"{_QGEN}.LLMQuestionGenerator._llm/_prompt", framework=CORE, checked=CORE_CHECKED,
+        why="the question generator's decode is sent through Ayo's engine and streamed, with its own prompt",
+        check=assigns(_QGEN, "LLMQuestionGenerator", "_llm", "_prompt"))
+
+
+def question_gen_llm(generator: Any) -> Any:
+    return generator._llm
+
+
+def question_gen_prompt(generator: Any) -> Any:
+    return generator._prompt
+
+
+QUESTION_GEN_MIRRORED = mirrored(_QGEN, "LLMQuestionGenerator", ("generate", "agenerate"),
+                                 why="the generator's predict + parse runs as one streamed decode")
+
+# -- RouterQueryEngine -----------------------------------------------------------------------
+
+declare(f"{_ROUTER}.RouterQueryEngine._selector/_query_engines/_metadatas/_summarizer/_verbose", framework=CORE,
+        checked=CORE_CHECKED, why="capture reads the router's selector, candidate engines and summarizer",
+        check=assigns(_ROUTER, "RouterQueryEngine", "_selector", "_query_engines", "_metadatas", "_summarizer",
+                      "_verbose"))
+
+
+def router_parts(engine: Any) -> dict[str, Any]:
+    """The router's parts: ``selector``, ``query_engines``, ``metadatas``, ``summarizer``, ``verbose``."""
+    return {"selector": engine._selector, "query_engines": list(engine._query_engines),
+            "metadatas": list(engine._metadatas), "summarizer": engine._summarizer, "verbose": bool(engine._verbose)}
+
+
+ROUTER_MIRRORED = mirrored(_ROUTER, "RouterQueryEngine", ("query", "aquery", "_query", "_aquery"),
+                           why="the router's control flow (select, run the chosen engines, combine) is a graph")
+
+declare(f"{_SEL}.LLMSingleSelector/LLMMultiSelector._llm/_prompt, LLMMultiSelector._max_outputs", framework=CORE,
+        checked=CORE_CHECKED, why="the selector's decode is sent through Ayo's engine with the selector's own prompt",
+        check=lambda: (assigns(_SEL, "LLMSingleSelector", "_llm", "_prompt")(),
+                       assigns(_SEL, "LLMMultiSelector", "_llm", "_prompt", "_max_outputs")()))
+
+
+def selector_llm(selector: Any) -> Any:
+    return selector._llm
+
+
+def selector_prompt(selector: Any) -> Any:
+    return selector._prompt
+
+
+def selector_max_outputs(selector: Any) -> int | None:
+    return selector._max_outputs
+
+
+def _check_module_functions() -> None:
+    import importlib
+
+    module = importlib.import_module(_SEL)
+    missing = [f for f in ("_build_choices_text", "_structured_output_to_selector_result") if not hasattr(module, f)]
+    if missing:
+        raise AttributeError(f"{_SEL} has no {', '.join(missing)}")
+
+
+declare(f"{_SEL}._build_choices_text/_structured_output_to_selector_result", framework=CORE, checked=CORE_CHECKED,
+        why="the selector's prompt arguments and result are built with the selector module's own helpers",
+        check=_check_module_functions)
+
+
+def build_choices_text(choices: Any) -> str:
+    from llama_index.core.selectors import llm_selectors
+
+    return llm_selectors._build_choices_text(choices)
+
+
+def selector_result(parsed: Any) -> Any:
+    from llama_index.core.selectors import llm_selectors
+
+    return llm_selectors._structured_output_to_selector_result(parsed)
+
+
+SELECTOR_MIRRORED = mirrored(_SEL, "LLMSingleSelector", ("select", "aselect", "_select", "_aselect"),
+                             why="the selector's predict + parse runs as one decode through Ayo's engine")
+MULTI_SELECTOR_MIRRORED = mirrored(_SEL, "LLMMultiSelector", ("select", "aselect", "_select", "_aselect"),
+                                   why="the selector's predict + parse runs as one decode through Ayo's engine")
