@@ -83,6 +83,16 @@ def _query_engine(url: str, max_retries: int) -> Any:
     return index.as_query_engine(llm=llm, similarity_top_k=1)
 
 
+def _traceback_text(exc: BaseException | None) -> str:
+    """Messages and notes along the cause chain: what the user's traceback shows (LangChain re-raises
+    the SDK's connection error as its own, the SDK's error with Ayo's note as the cause)."""
+    parts = []
+    while exc is not None:
+        parts += [str(exc), *getattr(exc, "__notes__", [])]
+        exc = exc.__cause__ or exc.__context__
+    return " ".join(parts)
+
+
 def test_server_binds_loopback(own_server: Any) -> None:
     import psutil
 
@@ -110,7 +120,7 @@ def test_beyond_max_retries_pending_queries_fail_fast_naming_the_engine(own_serv
             errors.append((exc, time.monotonic() - killed_at))
     for exc, after in errors:
         assert exc is not None, "a query answered although its server was killed mid-decode"
-        text = f"{exc} {' '.join(getattr(exc, '__notes__', []))}"
+        text = _traceback_text(exc)
         assert own_server.base_url in text or f":{own_server.port}" in text, f"the error does not name the engine: {text}"
         assert after < 20, f"failed only {after:.1f} s after the kill"
     import openai
