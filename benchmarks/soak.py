@@ -10,6 +10,10 @@ from ``--threads`` synchronous caller threads (``run``: ``query``/``invoke``) an
 threads each with its own event loop and ``--per-loop`` concurrent coroutines (``arun``: ``acall``/
 ``ainvoke``). A warm-up of the same mix runs first; resources are sampled after it and at the end.
 
+Before the optimized run, the same jobs go through stock with the same callers: the apps' own growth
+(the LlamaIndex apps make and delete a Chroma collection per call, and Chroma keeps each deleted
+collection's files open and its index in memory), against which Ayo's growth is read.
+
 Printed and returned: mismatches with stock (the answer text), failures, jobs answered twice or never,
 resident memory growth after warm-up (target < 5 %), threads / file descriptors / tasks on Ayo's loop
 before and after, Ayo's engine schedulers' in-flight requests at the end, and the server's own
@@ -68,7 +72,8 @@ class Outcome:
 @dataclass
 class Snapshot:
     rss_mib: float
-    fds: int
+    fds: int  # not counting files under the Chroma folder (below)
+    chroma_fds: int
     threads: int
     loop_tasks: int
     thread_names: list[str] = field(default_factory=list)
@@ -81,15 +86,27 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def snapshot() -> Snapshot:
-    """Resources of this process after a garbage collection (a settled state, not a peak)."""
+def snapshot(chroma_dir: str) -> Snapshot:
+    """Resources of this process after a garbage collection (a settled state, not a peak).
+
+    Files under ``chroma_dir`` are counted apart: Chroma keeps the segment files of a deleted
+    collection open (4 per collection; stock leaks them the same way in the apps that make a
+    collection per call), which is not Ayo's to fix.
+    """
     from ayo_core.runtime import bridge
 
     gc.collect()
     loop = bridge.loop()
     tasks = asyncio.run_coroutine_threadsafe(_count_tasks(), loop).result(timeout=30)
     names = sorted(t.name for t in threading.enumerate())
-    return Snapshot(rss_mib(), len(os.listdir("/proc/self/fd")), threading.active_count(), tasks, names)
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+    chroma = sum(1 for t in targets if t.startswith(chroma_dir))
+    return Snapshot(rss_mib(), len(targets) - chroma, chroma, threading.active_count(), tasks, names)
 
 
 async def _count_tasks() -> int:
@@ -160,8 +177,10 @@ def stock_references(apps: list[App], questions: dict[str, list[dict[str, Any]]]
     return refs
 
 
-def run_callers(apps: list[App], jobs: list[Job], threads: int, loops: int, per_loop: int) -> list[Outcome]:
-    """Every job exactly once through the optimized apps: sync caller threads and event-loop callers."""
+def run_callers(apps: list[App], jobs: list[Job], threads: int, loops: int, per_loop: int,
+                side: str = "fast") -> list[Outcome]:
+    """Every job exactly once through the ``side`` apps (``fast`` or ``stock``): sync caller threads and
+    event-loop callers."""
     by_name = {a.name: a for a in apps}
     work: queue.SimpleQueue[Job] = queue.SimpleQueue()
     for job in jobs:
@@ -184,7 +203,7 @@ def run_callers(apps: list[App], jobs: list[Job], threads: int, loops: int, per_
         while (job := take()) is not None:
             app = by_name[job.app]
             try:
-                record(job, f"thread{k}", app.module.run(app.fast, job.item), None)
+                record(job, f"thread{k}", app.module.run(getattr(app, side), job.item), None)
             except Exception as exc:  # a failure is a data point: counted and printed
                 record(job, f"thread{k}", None, exc)
 
@@ -192,7 +211,7 @@ def run_callers(apps: list[App], jobs: list[Job], threads: int, loops: int, per_
         while (job := take()) is not None:
             app = by_name[job.app]
             try:
-                record(job, f"loop{k}.{j}", await app.module.arun(app.fast, job.item), None)
+                record(job, f"loop{k}.{j}", await app.module.arun(getattr(app, side), job.item), None)
             except Exception as exc:
                 record(job, f"loop{k}.{j}", None, exc)
 
@@ -236,22 +255,39 @@ def check(outcomes: list[Outcome], jobs: list[Job], refs: dict[tuple[str, str], 
     }
 
 
+def stock_growth(apps: list[App], jobs: list[Job], threads: int, loops: int, per_loop: int,
+                 chroma_dir: str) -> dict[str, Any]:
+    """The same jobs through stock with the same callers: what the apps themselves grow (the baseline)."""
+    before = snapshot(chroma_dir)
+    t0 = time.perf_counter()
+    outcomes = run_callers(apps, jobs, threads, loops, per_loop, side="stock")
+    elapsed = time.perf_counter() - t0
+    time.sleep(1.0)
+    after = snapshot(chroma_dir)
+    return {"rss_growth_pct": 100 * (after.rss_mib / before.rss_mib - 1), "chroma_fds": [before.chroma_fds, after.chroma_fds],
+            "fds": [before.fds, after.fds], "failures": sum(o.error is not None for o in outcomes),
+            "throughput_qps": len(jobs) / elapsed if elapsed else 0.0}
+
+
 def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, warmup: int, threads: int, loops: int,
-         per_loop: int, llm_url: str) -> dict[str, Any]:
-    """Reference, warm-up, snapshot, the N jobs, snapshot: the figures (see the module docstring)."""
+         per_loop: int, llm_url: str, chroma_dir: str) -> dict[str, Any]:
+    """Reference, warm-up, stock baseline, snapshot, the N jobs, snapshot: the figures (module docstring)."""
+    server_before = server_in_flight(llm_url)  # a shared server may be busy with other clients
     t0 = time.perf_counter()
     refs = stock_references(apps, questions)
     t_ref = time.perf_counter() - t0
     warm_jobs = make_jobs(apps, questions, warmup)
     warm = check(run_callers(apps, warm_jobs, threads, loops, per_loop), warm_jobs, refs)
-    before = snapshot()
     jobs = make_jobs(apps, questions, n, start=warmup)
+    baseline = stock_growth(apps, jobs, threads, loops, per_loop, chroma_dir)
+    before = snapshot(chroma_dir)
     t1 = time.perf_counter()
     result = check(run_callers(apps, jobs, threads, loops, per_loop), jobs, refs)
     elapsed = time.perf_counter() - t1
     time.sleep(1.0)  # let closed connections and finished threads go
-    after = snapshot()
-    result.update({
+    after = snapshot(chroma_dir)
+    result.update({"stock_baseline": baseline,
+                   "chroma_fds": [before.chroma_fds, after.chroma_fds],
         "apps": [a.name for a in apps], "callers": {"threads": threads, "loops": loops, "per_loop": per_loop},
         "warmup": {"jobs": warmup, **{k: warm[k] for k in ("mismatches", "failures")}},
         "stock_reference_s": t_ref, "soak_s": elapsed, "throughput_qps": n / elapsed if elapsed else 0.0,
@@ -260,6 +296,7 @@ def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, wa
         "ayo_loop_tasks": [before.loop_tasks, after.loop_tasks],
         "new_threads": sorted(set(after.thread_names) - set(before.thread_names)),
         "ayo_in_flight": ayo_in_flight(), "server_in_flight_min": server_in_flight(llm_url),
+        "server_in_flight_min_before": server_before,
     })
     return result
 
@@ -272,7 +309,12 @@ def print_figures(r: dict[str, Any]) -> None:
     print(f"  RSS {r['rss_mib'][0]:.0f} -> {r['rss_mib'][1]:.0f} MiB ({r['rss_growth_pct']:+.2f} %)  "
           f"fds {r['fds'][0]} -> {r['fds'][1]}  threads {r['threads'][0]} -> {r['threads'][1]}  "
           f"tasks on Ayo's loop {r['ayo_loop_tasks'][0]} -> {r['ayo_loop_tasks'][1]}")
-    print(f"  in flight at the end: Ayo {r['ayo_in_flight']}, server (min over 5 s) {r['server_in_flight_min']}")
+    b = r["stock_baseline"]
+    print(f"  stock, same jobs and callers: RSS {b['rss_growth_pct']:+.2f} %  fds {b['fds'][0]} -> {b['fds'][1]}  "
+          f"({b['throughput_qps']:.2f} q/s, failures {b['failures']}); Chroma's files of deleted collections: "
+          f"stock {b['chroma_fds'][0]} -> {b['chroma_fds'][1]}, Ayo {r['chroma_fds'][0]} -> {r['chroma_fds'][1]}")
+    print(f"  in flight at the end: Ayo {r['ayo_in_flight']}, server (min over 5 s) {r['server_in_flight_min']}"
+          f" (before the soak: {r['server_in_flight_min_before']})")
     for ex in r["mismatch_examples"] + r["failure_examples"]:
         print(f"  ! {ex}")
 
@@ -298,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = EnginesConfig(llm_url=llm_url, max_tokens=args.max_tokens, search_url=search.url)
         apps = build_apps(args.apps, cfg)
         questions = {a.name: load_questions(a.name, args.questions) for a in apps}
-        result = soak(apps, questions, args.n, args.warmup, args.threads, args.loops, args.per_loop, llm_url)
+        result = soak(apps, questions, args.n, args.warmup, args.threads, args.loops, args.per_loop, llm_url,
+                      cfg.chroma_dir)
     print_figures(result)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

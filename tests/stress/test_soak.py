@@ -2,7 +2,7 @@
 adapters' example apps from synchronous threads and event loops at once, on the real server.
 
 Checks: every answer equals stock's, nothing failed, answered twice or lost; resident memory flat after
-the warm-up (< 5 %); no threads, file descriptors or tasks on Ayo's loop left behind; nothing in flight
+the warm-up (< 5 % beyond what stock's own run of the same jobs grows); no threads, file descriptors or tasks on Ayo's loop left behind; nothing in flight
 in Ayo's engine schedulers or on the server at the end.
 """
 
@@ -33,7 +33,8 @@ def soak_result(llm_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
                             chroma_dir=str(tmp_path_factory.mktemp("soak-chroma")))
         apps = soak.build_apps(["naive_rag", "search_augmented"], cfg)
         questions = {a.name: load_questions(a.name, 3) for a in apps}
-        result = soak.soak(apps, questions, n=50, warmup=12, threads=3, loops=2, per_loop=2, llm_url=llm_url)
+        result = soak.soak(apps, questions, n=50, warmup=12, threads=3, loops=2, per_loop=2, llm_url=llm_url,
+                           chroma_dir=cfg.chroma_dir)
     soak.print_figures(result)
     return result
 
@@ -48,15 +49,24 @@ def test_every_answer_equals_stock_once(soak_result: dict[str, Any]) -> None:
 
 
 def test_memory_flat_after_warmup(soak_result: dict[str, Any]) -> None:
-    assert soak_result["rss_growth_pct"] < 5.0, soak_result["rss_mib"]
+    """Growth beyond what stock's own run of the same jobs grew (Chroma keeps deleted collections)."""
+    stock_growth = max(0.0, soak_result["stock_baseline"]["rss_growth_pct"])
+    assert soak_result["rss_growth_pct"] - stock_growth < 5.0, (soak_result["rss_mib"], stock_growth)
 
 
 def test_nothing_leaked(soak_result: dict[str, Any]) -> None:
     r = soak_result
     # Ayo's loop keeps a fixed set of helper tasks and pooled connections; they must not grow with queries.
     assert r["threads"][1] <= r["threads"][0], r["new_threads"]
-    assert r["fds"][1] <= r["fds"][0] + 8, r["fds"]
+    assert r["fds"][1] <= r["fds"][0] + 8, r["fds"]  # sockets, pipes: not Chroma's files (below)
+    stock_chroma = r["stock_baseline"]["chroma_fds"]
+    assert r["chroma_fds"][1] - r["chroma_fds"][0] <= stock_chroma[1] - stock_chroma[0] + 4, (r["chroma_fds"], stock_chroma)
     assert r["ayo_loop_tasks"][1] <= r["ayo_loop_tasks"][0], r["ayo_loop_tasks"]
     assert r["ayo_in_flight"] == {"waiting": 0, "running": 0, "unaccounted": 0}
-    # The server is shared with other test sessions: the least it reported over a few seconds.
-    assert r["server_in_flight_min"] == 0
+
+
+def test_no_requests_left_on_the_server(soak_result: dict[str, Any]) -> None:
+    if soak_result["server_in_flight_min_before"]:
+        pytest.skip(f"the shared server ran {soak_result['server_in_flight_min_before']} other requests before the "
+                    "soak: its count cannot tell ours apart (Ayo's own schedulers are checked in test_nothing_leaked)")
+    assert soak_result["server_in_flight_min"] == 0  # the least it reported over a few seconds
