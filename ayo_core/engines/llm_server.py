@@ -177,11 +177,12 @@ class LLMServer:
             *self.extra_args,
         ]
 
-    def _launch_command(self) -> list[str]:
+    def _launch_command(self, watcher: bool = False) -> list[str]:
         cmd = self.command()
         # PR_SET_PDEATHSIG fires when the starting *thread* exits: only tie the server to
-        # the main thread, whose exit is the interpreter's.
-        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+        # the main thread, whose exit is the interpreter's, or to the watcher that restarts
+        # it, which runs as long as the server it started (stop() ends both).
+        if sys.platform.startswith("linux") and (watcher or threading.current_thread() is threading.main_thread()):
             return [cmd[0], "-c", _LAUNCHER, str(os.getpid()), *cmd[1:]]
         return cmd
 
@@ -219,7 +220,7 @@ class LLMServer:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)  # engine-core workers the leader left behind
                 proc.wait()
-                self._launch()
+                self._launch(watcher=True)
             try:
                 self._wait_healthy(startup_timeout)
             except LLMServerError as exc:
@@ -228,7 +229,7 @@ class LLMServer:
             finally:
                 self.restarting = False
 
-    def _launch(self) -> None:
+    def _launch(self, watcher: bool = False) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         # Explicit kv_cache_gib wins; else the environment's value; else 2 GiB (~4.5 GiB per server in all).
@@ -242,7 +243,7 @@ class LLMServer:
         log.info("starting vLLM on %s (model %s, log %s)", self.base_url, self.model, self.log_path)
         with open(self.log_path, "ab") as log_file:
             self.proc = subprocess.Popen(
-                self._launch_command(), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                self._launch_command(watcher), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,
             )
 

@@ -90,3 +90,42 @@ def test_no_restart_when_disabled(fake_vllm: dict) -> None:
         assert _pids(fake_vllm["pids"]) == pids and not server.serving() and not _alive(pids[0])
     finally:
         server.stop()
+
+
+_PARENT = """
+import os, signal, sys, time
+from pathlib import Path
+from ayo_core.engines.llm_server import LLMServer, find_vllm_python, free_port
+server = LLMServer(Path(sys.argv[1]), free_port(), python=find_vllm_python(), max_restarts=2)
+server.start(timeout=60)
+pids_file = Path(os.environ["FAKE_VLLM_PIDS"])
+first = pids_file.read_text()
+os.kill(int(first.split()[0]), signal.SIGKILL)
+while pids_file.read_text() == first or not server.healthy():
+    time.sleep(0.1)
+print("RESTARTED", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_restarted_server_dies_with_a_killed_parent(fake_vllm: dict, tmp_path: Path) -> None:
+    """The watcher starts the new server through the parent-death launcher too: SIGKILL (no atexit) of
+    the process that supervised it does not leave it running."""
+    import subprocess
+
+    script = tmp_path / "parent.py"
+    script.write_text(_PARENT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *sys.path]))
+    parent = subprocess.Popen([sys.executable, str(script), str(fake_vllm["model"])], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().startswith("RESTARTED")
+        restarted = _pids(fake_vllm["pids"])
+        assert all(_alive(p) for p in restarted)
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+    assert _gone(restarted[:1]), "the restarted server outlived its killed parent"
+    for pid in restarted:  # the fake engine core is not tied to the server: clean it up
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
