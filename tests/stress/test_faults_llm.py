@@ -86,8 +86,10 @@ def _query_engine(url: str, max_retries: int) -> Any:
 def _traceback_text(exc: BaseException | None) -> str:
     """Messages and notes along the cause chain: what the user's traceback shows (LangChain re-raises
     the SDK's connection error as its own, the SDK's error with Ayo's note as the cause)."""
-    parts = []
-    while exc is not None:
+    parts: list[str] = []
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:  # a chain can loop back on itself
+        seen.add(id(exc))
         parts += [str(exc), *getattr(exc, "__notes__", [])]
         exc = exc.__cause__ or exc.__context__
     return " ".join(parts)
