@@ -361,8 +361,10 @@ class OptimizedRunnable(Runnable):
         try:
             value, trace = await self.plan.runtime().run(g, {"input": input}, timeout=self.options.timeout)
         except NodeFailed as failed:
-            # the user's own exception, as the stock chain raises it
-            raise unwrap_node_failure(failed) from None
+            # the user's own exception, as the stock chain raises it, with its own cause (the SDK
+            # error LangChain re-raised, carrying Ayo's note on the failed engine), not Ayo's wrapper
+            error = unwrap_node_failure(failed)
+            raise error from error.__cause__
         self.last_trace = trace
         self.last_traces = [*self.last_traces[-1023:], trace]  # this batch's traces (reset per call)
         return value

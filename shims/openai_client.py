@@ -223,7 +223,12 @@ class _ShimBase:
             raise rebuilt
         log.warning("LLM engine failed (%s: %s); sending the request through the model's own client",
                     type(exc).__name__, exc)
-        return await self._original_create(payload, raw)
+        try:
+            return await self._original_create(payload, raw)
+        except Exception as stock_exc:
+            # The SDK's "Connection error." names no server: say which engine was gone.
+            stock_exc.add_note(f"(Ayo's engine failed first: {exc})")
+            raise
 
     def _routed(self, payload: dict) -> Any:
         r = current_route()

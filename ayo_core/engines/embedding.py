@@ -326,6 +326,12 @@ class EmbeddingEngine:
                                          normalize_embeddings=first.normalize, convert_to_numpy=True,
                                          show_progress_bar=False).tolist()
         except BaseException as exc:  # noqa: BLE001 - fail this batch's callers, keep serving
+            if len(batch) > 1:  # requests merged from other queries must not fail for one request's input
+                log.warning("%r: a merged batch of %d requests failed (%s); encoding them one by one",
+                            self, len(batch), exc)
+                for part in batch:
+                    self._encode([part])
+                return
             err = exc if isinstance(exc, EmbeddingEngineError) else EmbeddingEngineError(
                 f"{self!r} failed to encode {len(texts)} texts: {type(exc).__name__}: {exc}")
             for req, _, _ in batch:

@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from ayo_core.runtime.bridge import forget_closed_loops
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
@@ -148,6 +150,7 @@ class LLMEngine:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None or client.is_closed:
+            forget_closed_loops(self._clients)
             client = httpx.AsyncClient(timeout=self.timeout, limits=self._limits)
             self._clients[loop] = client
         return client

@@ -140,6 +140,7 @@ class LLMServer:
         extra_args: Sequence[str] = (),
         python: Path | None = None,
         log_dir: Path | None = None,
+        max_restarts: int = 3,
     ) -> None:
         self.model, self.port, self.dtype, self.host = model, port, dtype, host
         self.served_model_name = served_model_name
@@ -149,6 +150,11 @@ class LLMServer:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.log_path = (log_dir or _ayo_home() / "logs") / f"vllm-{port}-{stamp}-{os.getpid()}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        # A server that exits on its own (killed, crashed) is restarted on its port, at most
+        # max_restarts times, so clients' URLs stay valid; stop() ends that.
+        self.max_restarts, self.restarts, self.restarting = max_restarts, 0, False
+        self._stopping = threading.Event()
+        self._proc_lock = threading.Lock()
 
     @property
     def root_url(self) -> str:
@@ -174,15 +180,56 @@ class LLMServer:
             *self.extra_args,
         ]
 
-    def _launch_command(self) -> list[str]:
+    def _launch_command(self, watcher: bool = False) -> list[str]:
         cmd = self.command()
         # PR_SET_PDEATHSIG fires when the starting *thread* exits: only tie the server to
-        # the main thread, whose exit is the interpreter's.
-        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+        # the main thread, whose exit is the interpreter's, or to the watcher that restarts
+        # it, which runs as long as the server it started (stop() ends both).
+        if sys.platform.startswith("linux") and (watcher or threading.current_thread() is threading.main_thread()):
             return [cmd[0], "-c", _LAUNCHER, str(os.getpid()), *cmd[1:]]
         return cmd
 
     def start(self, timeout: float = 300.0) -> None:
+        self._launch()
+        atexit.register(self.stop)
+        try:
+            self._wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        if self.max_restarts > 0:
+            threading.Thread(target=self._watch, args=(timeout,), name=f"ayo-vllm-watch-{self.port}",
+                             daemon=True).start()
+
+    def _watch(self, startup_timeout: float, interval: float = 0.5) -> None:
+        """Restart the server when it exits without stop() (killed, crashed), up to max_restarts times."""
+        while not self._stopping.wait(interval):
+            with self._proc_lock:
+                proc = self.proc
+                if self._stopping.is_set() or proc is None or proc.poll() is None:
+                    continue
+                if self.restarts >= self.max_restarts:
+                    log.error("vLLM server on port %s exited (code %s) after %d restarts; not restarting it again. "
+                              "Last lines of %s:\n%s", self.port, proc.returncode, self.restarts, self.log_path,
+                              _tail(self.log_path))
+                    return
+                self.restarts += 1
+                self.restarting = True
+                log.warning("vLLM server on port %s exited with code %s; restarting it (restart %d of %d)",
+                            self.port, proc.returncode, self.restarts, self.max_restarts)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # engine-core workers the leader left behind
+                proc.wait()
+                self._launch(watcher=True)
+            try:
+                self._wait_healthy(startup_timeout)
+            except LLMServerError as exc:
+                if not self._stopping.is_set():
+                    log.error("vLLM server on port %s did not come back: %s", self.port, exc)
+            finally:
+                self.restarting = False
+
+    def _launch(self, watcher: bool = False) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         # Explicit kv_cache_gib wins; else the environment's value; else 2 GiB (~4.5 GiB per server in all).
@@ -196,24 +243,19 @@ class LLMServer:
         log.info("starting vLLM on %s (model %s, log %s)", self.base_url, self.model, self.log_path)
         with open(self.log_path, "ab") as log_file:
             self.proc = subprocess.Popen(
-                self._launch_command(), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                self._launch_command(watcher), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,
             )
-        atexit.register(self.stop)
-        try:
-            self._wait_healthy(timeout)
-        except BaseException:
-            self.stop()
-            raise
         from ayo_core.engines.device import note_launched, vllm_environment_device
 
+        # here and in other processes (`ayo serve`), under this launch's pid (a restart notes its own)
         note_launched(self.root_url, vllm_environment_device(self.python), pid=self.proc.pid)
 
     def _wait_healthy(self, timeout: float) -> None:
-        assert self.proc is not None
+        proc = self.proc  # stop() may take it meanwhile: then this waits for nothing more
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            code = self.proc.poll()
+        while proc is not None and proc is self.proc and time.monotonic() < deadline:
+            code = proc.poll()
             if code is not None:
                 raise LLMServerError(f"vLLM server on port {self.port} exited with code {code} while starting. "
                                      f"Last lines of {self.log_path}:\n{_tail(self.log_path)}")
@@ -235,9 +277,15 @@ class LLMServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def serving(self) -> bool:
+        """Alive, or down and about to be restarted (restarts left, not stopped)."""
+        return self.alive() or self.restarting or (self.proc is not None and self.restarts < self.max_restarts)
+
     def stop(self, grace: float = 15.0) -> None:
         """Stop the whole process group: SIGTERM, then SIGKILL after ``grace`` seconds. Idempotent."""
-        proc, self.proc = self.proc, None
+        self._stopping.set()
+        with self._proc_lock:
+            proc, self.proc = self.proc, None
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
         if proc is None:
@@ -369,7 +417,7 @@ def main_serve(argv: Sequence[str] | None = None) -> int:
             signal.signal(sig, lambda signum, frame: stop.set())
         print(server.base_url, flush=True)
         print("vLLM is serving; press Ctrl-C to stop.", file=sys.stderr, flush=True)
-        while server.alive():
+        while server.serving():
             if stop.wait(1.0):
                 return 0
         print(f"ayo serve: the vLLM server exited. Last lines of {server.log_path}:\n{_tail(server.log_path)}",

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ayo_core.runtime.bridge import forget_closed_loops
 from ayo_core.runtime.context import Engines
 from ayo_core.runtime.engine_scheduler import DEFAULT_CONFIGS, EngineScheduler, SchedulerConfig
 from ayo_core.runtime.policies import CostModel, NeverBelowDefault, Policy
@@ -65,6 +66,7 @@ def _pool(loop: asyncio.AbstractEventLoop) -> _LoopPool:
     with _lock:
         pool = _pools.get(loop)
         if pool is None:
+            forget_closed_loops(_pools)
             pool = _pools[loop] = _LoopPool()
         return pool
 
@@ -142,6 +144,7 @@ class LoopRuntimes:
         loop = asyncio.get_running_loop()
         rt = self._by_loop.get(loop)
         if rt is None:
+            forget_closed_loops(self._by_loop)
             rt = runtime_on_shared_schedulers(engines, self.policy, configs=configs, loop=loop, costs=self.costs)
             self._by_loop[loop] = rt
         return rt

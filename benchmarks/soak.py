@@ -1,0 +1,352 @@
+"""Soak: many queries through both adapters, from threads and event loops, checked against stock.
+
+    python -m benchmarks.soak -n 200                         # the shared server at $AYO_LLM_URL
+    python -m benchmarks.soak -n 1000 --apps naive_rag search_augmented --max-tokens 32
+
+What it does (issue 16, "Soak"): the example apps (``examples/``, plain LlamaIndex / LangChain code)
+are built stock and optimized on one set of engines; stock answers every distinct question once, one
+at a time (the reference); then N jobs (apps and questions round-robin) go through the optimized apps
+from ``--threads`` synchronous caller threads (``run``: ``query``/``invoke``) and ``--loops`` caller
+threads each with its own event loop and ``--per-loop`` concurrent coroutines (``arun``: ``acall``/
+``ainvoke``). A warm-up of the same mix runs first; resources are sampled after it and at the end.
+
+Before the optimized run, the same jobs go through stock with the same callers: the apps' own growth
+(the LlamaIndex apps make and delete a Chroma collection per call, and Chroma keeps each deleted
+collection's files open and its index in memory), against which Ayo's growth is read.
+
+Printed and returned: mismatches with stock (the answer text), failures, jobs answered twice or never,
+resident memory growth after warm-up (target < 5 %), threads / file descriptors / tasks on Ayo's loop
+before and after, Ayo's engine schedulers' in-flight requests at the end, and the server's own
+``vllm:num_requests_running`` + ``waiting`` (on a shared server other users' requests count too: the
+minimum over a few seconds is reported). ``--out FILE`` writes the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import json
+import logging
+import os
+import queue
+import re
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("ayo.soak")
+DEFAULT_APPS = ("naive_rag", "search_augmented")
+
+
+@dataclass
+class App:
+    name: str
+    module: Any
+    stock: Any
+    fast: Any
+
+
+@dataclass
+class Job:
+    id: int
+    app: str
+    item: dict[str, Any]
+
+
+@dataclass
+class Outcome:
+    job: int
+    app: str
+    qid: str
+    caller: str
+    answer: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class Snapshot:
+    rss_mib: float
+    fds: int  # not counting files under the Chroma folder (below)
+    chroma_fds: int
+    threads: int
+    loop_tasks: int
+    thread_names: list[str] = field(default_factory=list)
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def snapshot(chroma_dir: str) -> Snapshot:
+    """Resources of this process after a garbage collection (a settled state, not a peak).
+
+    Files under ``chroma_dir`` are counted apart: Chroma keeps the segment files of a deleted
+    collection open (4 per collection; stock leaks them the same way in the apps that make a
+    collection per call), which is not Ayo's to fix.
+    """
+    from ayo_core.runtime import bridge
+
+    gc.collect()
+    loop = bridge.loop()
+    tasks = asyncio.run_coroutine_threadsafe(_count_tasks(), loop).result(timeout=30)
+    names = sorted(t.name for t in threading.enumerate())
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+    chroma = sum(1 for t in targets if t.startswith(chroma_dir))
+    return Snapshot(rss_mib(), len(targets) - chroma, chroma, threading.active_count(), tasks, names)
+
+
+async def _count_tasks() -> int:
+    return len(asyncio.all_tasks()) - 1  # not this one
+
+
+def server_in_flight(llm_url: str, window_s: float = 5.0) -> int | None:
+    """The least ``num_requests_running + waiting`` the server reports over ``window_s`` (None: no metrics)."""
+    url = llm_url.rstrip("/").removesuffix("/v1") + "/metrics"
+    least: int | None = None
+    deadline = time.monotonic() + window_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return least
+        now = sum(float(m) for m in re.findall(r"^vllm:num_requests_(?:running|waiting)\{[^}]*\} ([0-9.e+]+)$",
+                                                 text, flags=re.M))
+        least = int(now) if least is None else min(least, int(now))
+        if least == 0 or time.monotonic() > deadline:
+            return least
+        time.sleep(0.5)
+
+
+def ayo_in_flight() -> dict[str, int]:
+    """Requests Ayo's engine schedulers hold (waiting or running), and submitted-but-never-ended ones."""
+    from ayo_core.runtime import bridge
+    from ayo_core.runtime.shared import shared_schedulers
+
+    out = {"waiting": 0, "running": 0, "unaccounted": 0}
+    for loop in [bridge.loop(), *_CALLER_LOOPS]:
+        if loop.is_closed():
+            continue
+        for sched in shared_schedulers(loop):
+            s = sched.statistics()
+            out["waiting"] += s.waiting
+            out["running"] += s.running_requests
+            out["unaccounted"] += s.submitted - s.finished - s.failed - s.cancelled - s.waiting - s.running_requests
+    return out
+
+
+_CALLER_LOOPS: list[asyncio.AbstractEventLoop] = []
+
+
+def build_apps(names: list[str], cfg: Any) -> list[App]:
+    import importlib
+
+    apps = []
+    for name in names:
+        module = importlib.import_module(f"ayo_examples.{name}")
+        apps.append(App(name, module, module.build_stock(cfg), module.build_optimized(cfg)))
+    return apps
+
+
+def make_jobs(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, start: int = 0) -> list[Job]:
+    """``n`` jobs, apps and their questions round-robin (so every caller sees every app)."""
+    cycles = {a.name: itertools.cycle(questions[a.name]) for a in apps}
+    return [Job(start + i, apps[i % len(apps)].name, next(cycles[apps[i % len(apps)].name])) for i in range(n)]
+
+
+def stock_references(apps: list[App], questions: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, str], str]:
+    """Stock's answer to every distinct question, one call at a time."""
+    refs = {}
+    for app in apps:
+        for item in questions[app.name]:
+            refs[(app.name, item["id"])] = app.module.run(app.stock, item)
+    return refs
+
+
+def run_callers(apps: list[App], jobs: list[Job], threads: int, loops: int, per_loop: int,
+                side: str = "fast") -> list[Outcome]:
+    """Every job exactly once through the ``side`` apps (``fast`` or ``stock``): sync caller threads and
+    event-loop callers."""
+    by_name = {a.name: a for a in apps}
+    work: queue.SimpleQueue[Job] = queue.SimpleQueue()
+    for job in jobs:
+        work.put(job)
+    outcomes: list[Outcome] = []
+    lock = threading.Lock()
+
+    def take() -> Job | None:
+        try:
+            return work.get_nowait()
+        except queue.Empty:
+            return None
+
+    def record(job: Job, caller: str, answer: str | None, error: BaseException | None) -> None:
+        out = Outcome(job.id, job.app, job.item["id"], caller, answer, None if error is None else repr(error))
+        with lock:
+            outcomes.append(out)
+
+    def sync_caller(k: int) -> None:
+        while (job := take()) is not None:
+            app = by_name[job.app]
+            try:
+                record(job, f"thread{k}", app.module.run(getattr(app, side), job.item), None)
+            except Exception as exc:  # a failure is a data point: counted and printed
+                record(job, f"thread{k}", None, exc)
+
+    async def coroutine_caller(k: int, j: int) -> None:
+        while (job := take()) is not None:
+            app = by_name[job.app]
+            try:
+                record(job, f"loop{k}.{j}", await app.module.arun(getattr(app, side), job.item), None)
+            except Exception as exc:
+                record(job, f"loop{k}.{j}", None, exc)
+
+    def loop_caller(k: int) -> None:
+        async def callers() -> None:
+            await asyncio.gather(*(coroutine_caller(k, j) for j in range(per_loop)))
+
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        _CALLER_LOOPS.append(loop)
+        try:
+            loop.run_until_complete(callers())
+        finally:
+            _CALLER_LOOPS.remove(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            asyncio.set_event_loop(None)
+
+    workers = [threading.Thread(target=sync_caller, args=(k,), name=f"soak-sync-{k}") for k in range(threads)]
+    workers += [threading.Thread(target=loop_caller, args=(k,), name=f"soak-loop-{k}") for k in range(loops)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return outcomes
+
+
+def check(outcomes: list[Outcome], jobs: list[Job], refs: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """Mismatches with stock, failures, and jobs answered twice or never."""
+    seen: dict[int, int] = {}
+    for o in outcomes:
+        seen[o.job] = seen.get(o.job, 0) + 1
+    mismatches = [o for o in outcomes if o.error is None and o.answer != refs[(o.app, o.qid)]]
+    failures = [o for o in outcomes if o.error is not None]
+    return {
+        "jobs": len(jobs), "answered": len(outcomes), "mismatches": len(mismatches), "failures": len(failures),
+        "answered_twice": sum(1 for c in seen.values() if c > 1), "never_answered": len({j.id for j in jobs} - set(seen)),
+        "mismatch_examples": [{"app": o.app, "question": o.qid, "caller": o.caller, "ayo": o.answer,
+                               "stock": refs[(o.app, o.qid)]} for o in mismatches[:5]],
+        "failure_examples": [{"app": o.app, "question": o.qid, "error": o.error} for o in failures[:5]],
+    }
+
+
+def stock_growth(apps: list[App], jobs: list[Job], threads: int, loops: int, per_loop: int,
+                 chroma_dir: str) -> dict[str, Any]:
+    """The same jobs through stock with the same callers: what the apps themselves grow (the baseline)."""
+    before = snapshot(chroma_dir)
+    t0 = time.perf_counter()
+    outcomes = run_callers(apps, jobs, threads, loops, per_loop, side="stock")
+    elapsed = time.perf_counter() - t0
+    time.sleep(1.0)
+    after = snapshot(chroma_dir)
+    return {"rss_growth_pct": 100 * (after.rss_mib / before.rss_mib - 1), "chroma_fds": [before.chroma_fds, after.chroma_fds],
+            "fds": [before.fds, after.fds], "failures": sum(o.error is not None for o in outcomes),
+            "throughput_qps": len(jobs) / elapsed if elapsed else 0.0}
+
+
+def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, warmup: int, threads: int, loops: int,
+         per_loop: int, llm_url: str, chroma_dir: str) -> dict[str, Any]:
+    """Reference, warm-up, stock baseline, snapshot, the N jobs, snapshot: the figures (module docstring)."""
+    server_before = server_in_flight(llm_url)  # a shared server may be busy with other clients
+    t0 = time.perf_counter()
+    refs = stock_references(apps, questions)
+    t_ref = time.perf_counter() - t0
+    warm_jobs = make_jobs(apps, questions, warmup)
+    warm = check(run_callers(apps, warm_jobs, threads, loops, per_loop), warm_jobs, refs)
+    jobs = make_jobs(apps, questions, n, start=warmup)
+    baseline = stock_growth(apps, jobs, threads, loops, per_loop, chroma_dir)
+    before = snapshot(chroma_dir)
+    t1 = time.perf_counter()
+    result = check(run_callers(apps, jobs, threads, loops, per_loop), jobs, refs)
+    elapsed = time.perf_counter() - t1
+    time.sleep(1.0)  # let closed connections and finished threads go
+    after = snapshot(chroma_dir)
+    result.update({"stock_baseline": baseline,
+                   "chroma_fds": [before.chroma_fds, after.chroma_fds],
+        "apps": [a.name for a in apps], "callers": {"threads": threads, "loops": loops, "per_loop": per_loop},
+        "warmup": {"jobs": warmup, **{k: warm[k] for k in ("mismatches", "failures")}},
+        "stock_reference_s": t_ref, "soak_s": elapsed, "throughput_qps": n / elapsed if elapsed else 0.0,
+        "rss_mib": [before.rss_mib, after.rss_mib], "rss_growth_pct": 100 * (after.rss_mib / before.rss_mib - 1),
+        "fds": [before.fds, after.fds], "threads": [before.threads, after.threads],
+        "ayo_loop_tasks": [before.loop_tasks, after.loop_tasks],
+        "new_threads": sorted(set(after.thread_names) - set(before.thread_names)),
+        "ayo_in_flight": ayo_in_flight(), "server_in_flight_min": server_in_flight(llm_url),
+        "server_in_flight_min_before": server_before,
+    })
+    return result
+
+
+def print_figures(r: dict[str, Any]) -> None:
+    print(f"soak: {r['jobs']} jobs over {', '.join(r['apps'])}; callers {r['callers']}; "
+          f"{r['soak_s']:.1f} s ({r['throughput_qps']:.2f} q/s); stock reference {r['stock_reference_s']:.1f} s")
+    print(f"  answered {r['answered']}  mismatches {r['mismatches']}  failures {r['failures']}  "
+          f"answered twice {r['answered_twice']}  never answered {r['never_answered']}")
+    print(f"  RSS {r['rss_mib'][0]:.0f} -> {r['rss_mib'][1]:.0f} MiB ({r['rss_growth_pct']:+.2f} %)  "
+          f"fds {r['fds'][0]} -> {r['fds'][1]}  threads {r['threads'][0]} -> {r['threads'][1]}  "
+          f"tasks on Ayo's loop {r['ayo_loop_tasks'][0]} -> {r['ayo_loop_tasks'][1]}")
+    b = r["stock_baseline"]
+    print(f"  stock, same jobs and callers: RSS {b['rss_growth_pct']:+.2f} %  fds {b['fds'][0]} -> {b['fds'][1]}  "
+          f"({b['throughput_qps']:.2f} q/s, failures {b['failures']}); Chroma's files of deleted collections: "
+          f"stock {b['chroma_fds'][0]} -> {b['chroma_fds'][1]}, Ayo {r['chroma_fds'][0]} -> {r['chroma_fds'][1]}")
+    print(f"  in flight at the end: Ayo {r['ayo_in_flight']}, server (min over 5 s) {r['server_in_flight_min']}"
+          f" (before the soak: {r['server_in_flight_min_before']})")
+    for ex in r["mismatch_examples"] + r["failure_examples"]:
+        print(f"  ! {ex}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", type=int, default=200, help="jobs after the warm-up (default 200)")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--apps", nargs="+", default=list(DEFAULT_APPS))
+    parser.add_argument("--questions", type=int, default=6, help="distinct questions per app")
+    parser.add_argument("--threads", type=int, default=4, help="synchronous caller threads")
+    parser.add_argument("--loops", type=int, default=2, help="caller threads with their own event loop")
+    parser.add_argument("--per-loop", type=int, default=3, help="concurrent coroutines per event loop")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from ayo_core import serve_llm
+    from ayo_examples.common import EnginesConfig, load_questions
+    from ayo_examples.search_service import SearchService
+
+    with serve_llm(dtype="float32") as llm_url, SearchService(mode="process") as search:
+        cfg = EnginesConfig(llm_url=llm_url, max_tokens=args.max_tokens, search_url=search.url)
+        apps = build_apps(args.apps, cfg)
+        questions = {a.name: load_questions(a.name, args.questions) for a in apps}
+        result = soak(apps, questions, args.n, args.warmup, args.threads, args.loops, args.per_loop, llm_url,
+                      cfg.chroma_dir)
+    print_figures(result)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return 0 if result["mismatches"] == result["failures"] == result["never_answered"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
