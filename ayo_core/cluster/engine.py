@@ -332,20 +332,19 @@ def _settle(fut: asyncio.Future, value: bool) -> None:
         loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(value))
 
 
-def _resuming_callback(stream_cb: Any, delivered: _Delivered) -> Callable[[str], Awaitable[None]]:
+def _resuming_callback(stream_cb: Any, delivered: _Delivered) -> Callable[[str], Any]:
     """Wrap ``stream_cb`` for one attempt: pass on only text beyond what earlier attempts delivered
-    (greedy decoding repeats the same text, so the consumer sees every part exactly once)."""
+    (greedy decoding repeats the same text, so the consumer sees every part exactly once). Sync,
+    returning what ``stream_cb`` returns: engines await it when it is awaitable."""
     seen = 0
 
-    async def cb(delta: str) -> None:
+    def cb(delta: str) -> Any:
         nonlocal seen
         start, seen = seen, seen + len(delta)
         if seen <= delivered.chars:
-            return
+            return None
         part = delta[max(0, delivered.chars - start):]
         delivered.chars += len(part)
-        maybe = stream_cb(part)
-        if asyncio.iscoroutine(maybe) or isinstance(maybe, asyncio.Future):
-            await maybe
+        return stream_cb(part)
 
     return cb

@@ -82,7 +82,8 @@ async def test_program_level_scheduling_finishes_a_short_query_first(ray_cluster
     """A long query holds the only replica slot with four calls queued; a short query arrives.
     FCFS serves the long query's queue first; ``program`` (least attained service) lets the
     short query in as soon as the long one has received service."""
-    fakes("program", 1, max_concurrency=1, per_token=0.02)  # 20 tokens: 0.4 s a call
+    # keep the handles: Ray collects a non-detached actor once no handle refers to it
+    actors = fakes("program", 1, max_concurrency=1, per_token=0.02)  # 20 tokens: 0.4 s a call
     finished: dict[str, list[str]] = {}
     try:
         for policy in ("fifo", "program"):
@@ -104,5 +105,6 @@ async def test_program_level_scheduling_finishes_a_short_query_first(ray_cluster
             assert time.monotonic() - t0 < 30
         assert finished["fifo"] == ["long", "short"]
         assert finished["program"] == ["short", "long"]
+        assert len(actors) == 1
     finally:
         remove_all(group="program")
