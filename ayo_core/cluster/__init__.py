@@ -29,10 +29,11 @@ def configure_cluster(address: str | None, router: str | None = None) -> None:
     if router is not None:
         get_router(router)  # an unknown name fails here, listing the valid ones
     with _lock:
+        if (address, router or _settings["router"]) != (_settings["address"], _settings["router"]):
+            _engines.clear()  # engines of the previous setting; unchanged settings keep their engines
         _settings["address"] = address
         if router is not None:
             _settings["router"] = router
-        _engines.clear()
 
 
 def cluster_address() -> str | None:
