@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import ray
+
     from ayo_examples import naive_rag as module
     from ayo_examples.common import EnginesConfig, load_questions
 
