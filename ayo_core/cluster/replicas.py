@@ -59,9 +59,11 @@ class LLMReplica:
     """One vLLM server (from the vLLM environment, as ``ayo serve`` runs it) on this actor's node."""
 
     def __init__(self, model: str | None = None, dtype: str = "float32", kv_cache_gib: float | None = None,
-                 extra_args: Sequence[str] = (), startup_timeout: float = 900.0) -> None:
+                 extra_args: Sequence[str] = (), startup_timeout: float = 900.0, vllm_python: str | None = None) -> None:
         from ayo_core.engines.llm_server import start_server
 
+        if vllm_python:  # the driver's AYO_VLLM_PYTHON: workers started before it was set do not inherit it
+            os.environ["AYO_VLLM_PYTHON"] = vllm_python
         host = ray.util.get_node_ip_address()
         self.server = start_server(dtype=dtype, model=model, kv_cache_gib=kv_cache_gib, extra_args=extra_args,
                                    host=host, startup_timeout=startup_timeout)
@@ -240,7 +242,10 @@ def deploy(spec: ClusterSpec) -> dict[str, Any]:
             cls = ray.remote(FakeLLMReplica).options(**_options(name, spec.detached, **res))
             actors[name] = cls.remote(**spec.fake_llm)
         else:
-            actors[name] = ray.remote(LLMReplica).options(**_options(name, spec.detached, **res)).remote(**spec.vllm)
+            kwargs = dict(spec.vllm)
+            if os.environ.get("AYO_VLLM_PYTHON"):
+                kwargs.setdefault("vllm_python", os.environ["AYO_VLLM_PYTHON"])
+            actors[name] = ray.remote(LLMReplica).options(**_options(name, spec.detached, **res)).remote(**kwargs)
     for i in range(spec.embed_replicas):
         name = actor_name(spec.group, "embed", i)
         actors[name] = ray.remote(EmbedReplica).options(**_options(name, spec.detached, num_cpus=spec.embed_cpus),
