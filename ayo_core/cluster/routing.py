@@ -179,11 +179,22 @@ SLACK_WEIGHT = 0.1
 
 
 def attained_service(req: EngineRequest) -> float:
-    """Engine seconds the request's query has received so far (from its trace)."""
+    """Engine seconds the request's query has received so far (from its trace).
+
+    Summed incrementally: a trace only grows, so the sum is cached on the trace with the
+    number of calls it covers (the policy ranks every waiting request at every step).
+    """
     trace = req.trace
     if trace is None:
         return 0.0
-    return sum(c.end - c.start for c in trace.engine_calls)
+    calls = trace.engine_calls
+    done, total = getattr(trace, "_ayo_attained", (0, 0.0))
+    if done > len(calls):
+        done, total = 0, 0.0
+    for c in calls[done:]:
+        total += c.end - c.start
+    trace._ayo_attained = (len(calls), total)  # type: ignore[attr-defined]  # our own cache on our own Trace
+    return total
 
 
 class ProgramPolicy:
