@@ -49,7 +49,10 @@ def start_head(num_cpus: int | None, port: int = HEAD_PORT) -> str:
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
     env = {**os.environ, "RAY_TMPDIR": str(cluster_dir())}  # Ray's address file too stays ours
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        stop_head()  # a half-started head would block the next try
+        raise SystemExit(f"ayo cluster up: `ray start --head` failed:\n{done.stderr[-3000:]}")
     address = f"127.0.0.1:{port}"
     address_file().write_text(address)
     return address
