@@ -60,13 +60,10 @@ class LLMReplica:
 
     def __init__(self, model: str | None = None, dtype: str = "float32", kv_cache_gib: float | None = None,
                  extra_args: Sequence[str] = (), startup_timeout: float = 900.0, vllm_python: str | None = None) -> None:
-        from ayo_core.engines.llm_server import start_server
-
         if vllm_python:  # the driver's AYO_VLLM_PYTHON: workers started before it was set do not inherit it
             os.environ["AYO_VLLM_PYTHON"] = vllm_python
-        host = ray.util.get_node_ip_address()
-        self.server = start_server(dtype=dtype, model=model, kv_cache_gib=kv_cache_gib, extra_args=extra_args,
-                                   host=host, startup_timeout=startup_timeout)
+        self.server = _start_tied_server(ray.util.get_node_ip_address(), dtype, model, kv_cache_gib, extra_args,
+                                         startup_timeout)
         assert self.server.proc is not None
         _exit_when(self.server.proc, f"vLLM server {self.server.base_url}")
 
@@ -104,6 +101,44 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
                 except (IndexError, ValueError):
                     pass
     return out
+
+
+def _start_tied_server(host: str, dtype: str, model: str | None, kv_cache_gib: float | None,
+                       extra_args: Sequence[str], timeout: float) -> Any:
+    """Start vLLM so it dies with this actor's process, however the process ends.
+
+    ``LLMServer`` asks Linux to SIGTERM the server when the thread that started it exits
+    (``PR_SET_PDEATHSIG``), but only from the main thread; an actor's creation task may run on
+    another, short-lived one. So the server starts from a keeper thread that lives as long as
+    the process: a killed actor (``ray.kill``, ``ayo cluster down``, its node leaving) takes its
+    server with it, and no vLLM is orphaned.
+    """
+    from ayo_core.engines.llm_server import _LAUNCHER, LLMServer, find_vllm_python, free_port, resolve_model
+
+    class TiedServer(LLMServer):
+        def _launch_command(self) -> list[str]:
+            cmd = self.command()
+            return [cmd[0], "-c", _LAUNCHER, str(os.getpid()), *cmd[1:]]
+
+    server = TiedServer(resolve_model(model, dtype), free_port(host), dtype=dtype, host=host,
+                        kv_cache_gib=kv_cache_gib, extra_args=extra_args, python=find_vllm_python())
+    outcome: list[BaseException | None] = []
+    ready = threading.Event()
+
+    def keep() -> None:
+        try:
+            server.start(timeout=timeout)
+            outcome.append(None)
+        except BaseException as exc:  # handed to the actor's constructor below
+            outcome.append(exc)
+        ready.set()
+        threading.Event().wait()  # never returns: the death signal is tied to this thread
+
+    threading.Thread(target=keep, name="vllm-keeper", daemon=True).start()
+    ready.wait()
+    if outcome[0] is not None:
+        raise outcome[0]
+    return server
 
 
 class FakeLLMReplica:
