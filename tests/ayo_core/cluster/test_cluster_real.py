@@ -30,6 +30,14 @@ from ayo_core.engines.registry import get_llm_engine
 
 pytestmark = pytest.mark.llm
 MAIN_VLLM = Path("/work/main/.venv-vllm/bin/python")
+GIB_PER_REPLICA = 3.5  # fp32 SmolLM2 + 1 GiB KV cache + vLLM's processes, measured here
+
+
+def available_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    return float("inf")
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +50,9 @@ def vllm_replicas(ray_cluster, llm_url: str) -> Iterator[dict]:
         if not MAIN_VLLM.exists():
             pytest.skip(f"no vLLM environment for the replicas: {exc}")
         os.environ["AYO_VLLM_PYTHON"] = str(MAIN_VLLM)  # a worktree without its own .venv-vllm
+    if available_gib() < 2 * GIB_PER_REPLICA:
+        pytest.skip(f"two vLLM replicas need ~{2 * GIB_PER_REPLICA:.0f} GiB of free memory; this machine has "
+                    f"{available_gib():.1f} GiB available now (vLLM would fail allocating its KV cache)")
     spec = ClusterSpec(llm_replicas=2, detached=False, llm_cpus=1.0, vllm={"kv_cache_gib": 1})
     actors = deploy(spec)
     try:
