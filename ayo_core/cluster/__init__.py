@@ -45,13 +45,14 @@ def cluster_llm_engine(model: str) -> Any:
     """The process's cluster LLM engine for ``model`` (connects to Ray on first use)."""
     from ayo_core.cluster.engine import ClusterLLMEngine
     from ayo_core.cluster.ray_env import connect
-    from ayo_core.cluster.replicas import ray_replica_source
 
     address = cluster_address()
     key = ("llm", address, model, _settings["router"])
     with _lock:
         if key not in _engines:
-            connect(address)
+            connect(address)  # first: it sets Ray's environment before anything imports ray
+            from ayo_core.cluster.replicas import ray_replica_source
+
             _engines[key] = ClusterLLMEngine(ray_replica_source("llm", model=model), model=model,
                                              router=_settings["router"], name=str(address))
         return _engines[key]
@@ -59,15 +60,16 @@ def cluster_llm_engine(model: str) -> Any:
 
 def cluster_embedding_engine(settings: dict[str, Any]) -> Any | None:
     """A cluster embedding engine for ``settings``, or None when the cluster has no embedding replicas."""
-    from ayo_core.cluster.embedding import ClusterEmbeddingEngine
     from ayo_core.cluster.ray_env import connect
-    from ayo_core.cluster.replicas import ray_replica_source, replica_names
 
     address = cluster_address()
     key = ("embed", address, tuple(sorted(settings.items())))
     with _lock:
         if key not in _engines:
-            connect(address)
+            connect(address)  # first: it sets Ray's environment before anything imports ray
+            from ayo_core.cluster.embedding import ClusterEmbeddingEngine
+            from ayo_core.cluster.replicas import ray_replica_source, replica_names
+
             if not replica_names("embed"):
                 return None
             _engines[key] = ClusterEmbeddingEngine(ray_replica_source("embed"), settings, name=str(address))

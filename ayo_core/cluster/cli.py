@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ayo_core.cluster.ray_env import address_file, apply_ray_env, cluster_dir, connect
+from ayo_core.cluster.ray_env import LOOPBACK_HOSTS, address_file, apply_ray_env, cluster_dir, connect
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ def start_head(num_cpus: int | None, port: int = HEAD_PORT) -> str:
     apply_ray_env()
     head_temp_dir().mkdir(parents=True, exist_ok=True)
     cmd = [_ray_cli(), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-           "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={head_temp_dir()}"]
+           "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={head_temp_dir()}",
+           "--object-store-memory=300000000"]  # replicas pass small values: keep /dev/shm for the engines
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
     env = {**os.environ, "RAY_TMPDIR": str(cluster_dir())}  # Ray's address file too stays ours
@@ -175,5 +176,10 @@ def main(argv: list[str]) -> int:
     sub.add_parser("status", help="replicas, load, prefix-cache hit rates")
     sub.add_parser("down", help="remove every replica and stop the local head")
     args = parser.parse_args(argv)
+    # Before anything imports ray (it reads its environment once): a cluster given by
+    # AYO_RAY_ADDRESS on another machine is not loopback; ours always is.
+    remote = os.environ.get("AYO_RAY_ADDRESS", "")
+    host = remote.removeprefix("ray://").rsplit(":", 1)[0] if remote not in ("", "auto") else "127.0.0.1"
+    apply_ray_env(loopback=host in LOOPBACK_HOSTS)
     handler = {"up": cmd_up, "status": cmd_status, "down": cmd_down}[args.action]
     return handler(args)
