@@ -84,7 +84,7 @@ class ReplicaPool:
 
     def __init__(self, source: ReplicaSource, model: str = DEFAULT_MODEL, router: str | Router = "prefix_affinity",
                  max_inflight_per_replica: int = 64, failover_timeout: float = 180.0,
-                 name: str = "cluster") -> None:
+                 name: str = "cluster", refresh_interval: float = 10.0) -> None:
         self.source, self.model, self.name = source, model, name
         self.router = get_router(router)
         self.max_inflight = max_inflight_per_replica
@@ -94,6 +94,9 @@ class ReplicaPool:
         self.resent = 0  # requests sent again after their replica failed
         self._seq = itertools.count()
         self._refreshing = False  # a flag, not an asyncio.Lock: the engine serves several event loops
+        # Replicas that join (or answered too slowly at the last listing) are picked up this often.
+        self.refresh_interval = refresh_interval
+        self._refreshed_at = float("-inf")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, model={self.model!r}, router={self.router.name!r})"
@@ -159,9 +162,11 @@ class ReplicaPool:
         deadline = time.monotonic() + self.failover_timeout
         while True:
             live = [r for r in self.replicas.values() if r.load.alive]
-            if live:
+            stale = time.monotonic() - self._refreshed_at > self.refresh_interval
+            if live and not (stale and not self._refreshing):
                 return live
             if not self._refreshing:
+                self._refreshed_at = time.monotonic()
                 self._refreshing = True
                 try:
                     await self.refresh()
@@ -169,7 +174,7 @@ class ReplicaPool:
                     log.info("listing replicas of %s failed: %s", self.name, exc)
                 finally:
                     self._refreshing = False
-            if any(r.load.alive for r in self.replicas.values()):
+            if any(r.load.alive for r in self.replicas.values()) or live:
                 continue
             if time.monotonic() > deadline:
                 raise LLMEngineError(f"no live LLM replica in cluster {self.name!r} for {self.failover_timeout:.0f} s; "
