@@ -17,6 +17,15 @@ _LAZY = {
 }
 
 
+def configure(*, cluster: str | None = None, router: str | None = None) -> None:
+    """Process-wide settings. ``cluster``: a Ray address (``"ray://host:10001"``, ``"host:6379"``,
+    ``"auto"``) whose replicas serve this process's engines (see ``ayo_core.cluster``); ``router``:
+    how LLM requests pick a replica (``round_robin``, ``least_outstanding``, ``prefix_affinity``)."""
+    from ayo_core.cluster import configure_cluster
+
+    configure_cluster(cluster, router)
+
+
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'ayo_core' has no attribute {name!r}")

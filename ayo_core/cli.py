@@ -47,6 +47,12 @@ def _cmd_compare(argv: list[str]) -> int:
     return compare.main(argv) or 0
 
 
+def _cmd_cluster(argv: list[str]) -> int:
+    from ayo_core.cluster.cli import main as cluster_main
+
+    return cluster_main(argv) or 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ayo`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -57,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     models_p = sub.add_parser("models", help="prepare the local models")
     models_p.add_argument("action", choices=["prepare"])
     sub.add_parser("compare", help="stock vs Ayo on the same engines (see `ayo compare --help`)", add_help=False)
-    if argv and argv[0] in ("serve", "compare"):
-        handler = _cmd_serve if argv[0] == "serve" else _cmd_compare
+    sub.add_parser("cluster", help="engines as replicas on Ray: up | status | down", add_help=False)
+    if argv and argv[0] in ("serve", "compare", "cluster"):
+        handler = {"serve": _cmd_serve, "compare": _cmd_compare, "cluster": _cmd_cluster}[argv[0]]
         return handler(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "models":

@@ -48,7 +48,12 @@ def get_llm_engine(base_url: str | None = None, model: str = DEFAULT_MODEL, api_
                    **kwargs: Any) -> LLMEngine:
     """The shared ``LLMEngine`` for ``base_url`` (default ``$AYO_LLM_URL``) and ``model``; with a real
     ``api_key`` (not a placeholder), one that sends it. ``kwargs`` (timeouts) only apply when the
-    engine is first created."""
+    engine is first created. With a cluster configured (``ayo_core.configure(cluster=...)``), the
+    cluster's engine for ``model``: its replicas replace the one server."""
+    from ayo_core.cluster import cluster_address, cluster_llm_engine
+
+    if cluster_address():
+        return cluster_llm_engine(model)  # type: ignore[no-any-return]
     url = base_url or os.environ.get("AYO_LLM_URL")
     if not url:
         raise ValueError("get_llm_engine needs base_url= or AYO_LLM_URL: start a server with "
@@ -68,6 +73,10 @@ def get_embedding_engine(model_path: str | os.PathLike[str] | None = None, **kwa
     from ayo_core.engines.embedding import EmbeddingEngine, default_embedding_model_path
 
     path = Path(model_path if model_path is not None else default_embedding_model_path()).expanduser().resolve()
+    from ayo_core.cluster import cluster_address, cluster_embedding_engine
+
+    if cluster_address() and (remote := cluster_embedding_engine({"model_path": str(path), **kwargs})) is not None:
+        return remote
     key = (str(path), tuple(sorted(kwargs.items())))
     with _lock:
         if key not in _embed:

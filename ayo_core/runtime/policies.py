@@ -19,7 +19,7 @@ the query's critical path, and when the query started.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ayo_core.graph import Graph, Node, Op
 
@@ -65,7 +65,14 @@ class CriticalPathPolicy:
         return int(req.slack * 1000)  # milliseconds of slack: vLLM wants an int
 
 
-POLICIES: dict[str, type] = {"fifo": FifoPolicy, "depth": DepthPolicy, "critical_path": CriticalPathPolicy}
+def _program_policy() -> Policy:
+    from ayo_core.cluster.routing import ProgramPolicy  # program-level scheduling (least attained service)
+
+    return ProgramPolicy()
+
+
+POLICIES: dict[str, Any] = {"fifo": FifoPolicy, "depth": DepthPolicy, "critical_path": CriticalPathPolicy,
+                            "program": _program_policy}
 
 
 def get_policy(policy: str | Policy) -> Policy:
