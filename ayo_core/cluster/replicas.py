@@ -113,15 +113,24 @@ def _start_tied_server(host: str, dtype: str, model: str | None, kv_cache_gib: f
     the process: a killed actor (``ray.kill``, ``ayo cluster down``, its node leaving) takes its
     server with it, and no vLLM is orphaned.
     """
-    from ayo_core.engines.llm_server import _LAUNCHER, LLMServer, find_vllm_python, free_port, resolve_model
+    from ayo_core.engines.llm_server import (
+        _LAUNCHER,
+        LLMServer,
+        find_vllm_python,
+        free_port,
+        resolve_model,
+        tool_calling_args,
+    )
 
     class TiedServer(LLMServer):
-        def _launch_command(self) -> list[str]:
+        def _launch_command(self, watcher: bool = False) -> list[str]:
             cmd = self.command()
             return [cmd[0], "-c", _LAUNCHER, str(os.getpid()), *cmd[1:]]
 
-    server = TiedServer(resolve_model(model, dtype), free_port(host), dtype=dtype, host=host,
-                        kv_cache_gib=kv_cache_gib, extra_args=extra_args, python=find_vllm_python())
+    # tool calling as on a server `ayo serve` starts; restarts are Ray's job (the actor), not the server's
+    args = [*tool_calling_args("auto", None, default_model=model is None), *extra_args]
+    server = TiedServer(resolve_model(model, dtype), free_port(host), dtype=dtype, host=host, kv_cache_gib=kv_cache_gib,
+                        extra_args=args, python=find_vllm_python(), max_restarts=0)
     outcome: list[BaseException | None] = []
     ready = threading.Event()
 
