@@ -1,5 +1,5 @@
 """Connecting to Ray with this project's hygiene: no dashboard, no usage stats, no metrics export,
-loopback only, temp files under ``$AYO_HOME`` (Ray writes to ``/tmp/ray`` and ``~/.ray`` by default).
+loopback only, temp files under ``$AYO_HOME`` (by default Ray writes to a ``ray`` folder in the system temp dir and to ``~/.ray``).
 
 ``ray`` is imported only inside these functions: ``import ayo_core.cluster`` works without Ray
 running (or installed) as long as no cluster is asked for.
