@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import Response
 from llama_index.core.query_engine import RouterQueryEngine
 from llama_index.core.query_engine.router_query_engine import acombine_responses
@@ -34,15 +32,13 @@ from llama_index.core.utils import print_text
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
-from ayo_core.passes import optimize_graph
 from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import LLMCall, Opaque, ToolCall
 from ayo_llamaindex import synthesis
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
 from ayo_llamaindex.llm import LLMBinding
-from ayo_llamaindex.query_engine import OptimizedQueryEngine
-from ayo_llamaindex.runtime import EngineAssignment, assign_engines, llm_send
-from ayo_llamaindex.sub_question import ToolQueryEngine, tool_engine
+from ayo_llamaindex.runtime import EngineAssignment, llm_send
+from ayo_llamaindex.sub_question import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_shims import llamaindex_engines as eng
 
 # stock logs "Selecting query engine ..." on its own module's logger: so do we
@@ -200,22 +196,11 @@ def _combiner(plan: RouterPlan, assign: EngineAssignment) -> Any:
     return combine
 
 
-class OptimizedRouterQueryEngine(OptimizedQueryEngine):
+class OptimizedRouterQueryEngine(ComposedQueryEngine):
     """A ``RouterQueryEngine`` run as an Ayo graph: same results and ``selector_result`` metadata."""
 
-    def __init__(self, query_engine: RouterQueryEngine, policy: str = "critical_path") -> None:
-        t0 = time.perf_counter()
-        self._stock = query_engine
-        self._policy = policy
-        self._plan = capture_router(query_engine, policy)
-        self._assign = assign_engines(self._plan.llm_bindings(), [])
-        graph = build_router_graph(self._plan, self._assign)
-        graph.lint()
-        self._graph = optimize_graph(graph)
-        self._capture_s = time.perf_counter() - t0
-        self.last_trace: Any = None
-        self._stock_query = False
-        BaseQueryEngine.__init__(self, callback_manager=query_engine.callback_manager)
+    capture = staticmethod(capture_router)
+    build = staticmethod(build_router_graph)
 
     def explain(self) -> Any:
         selector = type(self._plan.parts["selector"]).__name__

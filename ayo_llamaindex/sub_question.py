@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -287,23 +288,34 @@ def _lower_synthesis(g: Graph, plan: SubQuestionPlan, assign: EngineAssignment, 
         g, "synthesize", {"query": "query", "pairs": answers})
 
 
-class OptimizedSubQuestionQueryEngine(OptimizedQueryEngine):
-    """A ``SubQuestionQueryEngine`` run as an Ayo graph: same ``query``/``aquery`` results (text, source
-    nodes, the ``SUB_QUESTION`` events' answer pairs), sub-answers started while the generator writes."""
+class ComposedQueryEngine(OptimizedQueryEngine):
+    """A query engine that composes others (SubQuestion, Router) run as one Ayo graph: the constructor
+    both share; a subclass names its ``capture`` and ``build`` functions."""
 
-    def __init__(self, query_engine: SubQuestionQueryEngine, policy: str = "critical_path") -> None:
+    capture: Callable[[Any, str], Any]
+    build: Callable[[Any, EngineAssignment], Graph]
+
+    def __init__(self, query_engine: Any, policy: str = "critical_path") -> None:
         t0 = time.perf_counter()
         self._stock = query_engine
         self._policy = policy
-        self._plan = capture_sub_question(query_engine, policy)
+        self._plan = type(self).capture(query_engine, policy)
         self._assign = assign_engines(self._plan.llm_bindings(), [])
-        graph = build_sub_question_graph(self._plan, self._assign)
+        graph = type(self).build(self._plan, self._assign)
         graph.lint()
         self._graph = optimize_graph(graph)
         self._capture_s = time.perf_counter() - t0
         self.last_trace: Any = None
         self._stock_query = False
         BaseQueryEngine.__init__(self, callback_manager=query_engine.callback_manager)
+
+
+class OptimizedSubQuestionQueryEngine(ComposedQueryEngine):
+    """A ``SubQuestionQueryEngine`` run as an Ayo graph: same ``query``/``aquery`` results (text, source
+    nodes, the ``SUB_QUESTION`` events' answer pairs), sub-answers started while the generator writes."""
+
+    capture = staticmethod(capture_sub_question)
+    build = staticmethod(build_sub_question_graph)
 
     def explain(self) -> Any:
         lines = [f"query_engine: {type(self._stock).__name__}",
