@@ -91,6 +91,13 @@ class EngineRequest:
 
 
 @dataclass(frozen=True)
+class _Failed:
+    """One member's error after a merged call was split to isolate a failure."""
+
+    error: Exception
+
+
+@dataclass(frozen=True)
 class Batch:
     """One engine call the plan launches: one request, or several merged along a list argument."""
 
@@ -268,11 +275,12 @@ class EngineScheduler:
             if req.state is not RequestState.RUNNING:
                 continue  # cancelled while the call ran: its share is dropped
             fut = req.future
-            if error is not None:
+            failed = results[i].error if results is not None and isinstance(results[i], _Failed) else None
+            if error is not None or failed is not None:
                 req.state = request_transition(req.state, RequestState.FAILED)
                 self._counts["failed"] += 1
                 if fut is not None and not fut.done():
-                    fut.set_exception(error)
+                    fut.set_exception(error if error is not None else failed)
             else:
                 req.state = request_transition(req.state, RequestState.FINISHED)
                 self._counts["finished"] += 1
@@ -375,6 +383,24 @@ class EngineScheduler:
         return await self._call_merged(batch)
 
     async def _call_merged(self, batch: Batch) -> list[Any]:
+        try:
+            return await self._call_merged_once(batch)
+        except Exception:
+            if len(batch.requests) < 2:
+                raise
+        # Merged methods are pure reads (embed, query): one bad input must fail only its own request,
+        # so the members run again one by one and each gets its own result or its own error.
+        log.warning("%s.%s failed on %d merged requests; running them one by one to isolate the failure",
+                       self.kind, batch.method, len(batch.requests))
+        alone = await asyncio.gather(*(self._call_alone(r) for r in batch.requests), return_exceptions=True)
+        return [_Failed(out) if isinstance(out, Exception) else out for out in alone]
+
+    async def _call_alone(self, req: EngineRequest) -> Any:
+        if req.state is not RequestState.RUNNING:
+            return None  # cancelled meanwhile: its share is dropped anyway
+        return await call_engine(self.engine, req.method, req.args, req.kwargs)
+
+    async def _call_merged_once(self, batch: Batch) -> list[Any]:
         param = batch.merge_param
         bound = [self._bound(r) for r in batch.requests]
         merged_list = [x for b in bound for x in b[param]]

@@ -227,3 +227,24 @@ async def test_critical_path_policy_favours_the_critical_branch(vclock):
         first = min(("short", "long"), key=lambda n: trace.spans_of(n)[0].end)
         assert first == ("short" if policy == "fifo" else "long")
     assert latency["critical_path"] <= latency["fifo"] + 1e-9
+
+
+class _PoisonedFake(FakeEmbedding):
+    """Fake engine (scheduler unit test): a call whose texts contain "POISON" raises."""
+
+    async def aembed(self, texts, **kw):
+        if any("POISON" in t for t in texts):
+            raise RuntimeError(f"bad input among {len(texts)} texts")
+        return await super().aembed(texts, **kw)
+
+
+async def test_a_failing_merged_call_fails_only_the_request_that_caused_it(vclock):
+    emb = _PoisonedFake(LatencyModel(fixed=0.01))
+    s = EngineScheduler("embed", emb, "fifo")
+    texts = [["a", "b"], ["POISON c"], ["d"]]
+    futs = [asyncio.ensure_future(s.submit(req(args=(t,), query_id=f"q{i}"))) for i, t in enumerate(texts)]
+    out = await asyncio.gather(*futs, return_exceptions=True)
+    assert out[0] == emb.embed(["a", "b"]) and out[2] == emb.embed(["d"])
+    assert isinstance(out[1], RuntimeError) and "among 1 texts" in str(out[1])  # its own call's error
+    stats = s.statistics()
+    assert (stats.merged_requests, stats.finished, stats.failed) == (2, 2, 1)

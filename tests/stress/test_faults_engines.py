@@ -28,6 +28,7 @@ from tests.ayo_llamaindex.li_helpers import TEXTS, FakeLLM  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 POISON = "POISON"
+SLOW_BATCHES: dict[str, float] = {"seconds": 0.0}  # seconds every forward pass sleeps: lets requests queue and merge
 
 
 class _Poisoned:
@@ -53,6 +54,7 @@ def poisoned_worker(monkeypatch: pytest.MonkeyPatch) -> None:
         texts = [t for req, a, b in batch for t in req.texts[a:b]]
         if any("hold" == t for t in texts):
             time.sleep(1.0)  # a slow batch: the next requests queue up and merge into one batch
+        time.sleep(SLOW_BATCHES["seconds"])
         model, self._model = self._model, _Poisoned(self._model)
         try:
             return real(self, batch)
@@ -99,7 +101,8 @@ def _doc_qa(embed_model: Any) -> Any:
     return answer
 
 
-def test_embedding_worker_raising_fails_only_its_query(poisoned_worker: None) -> None:
+def test_embedding_worker_raising_fails_only_its_query(poisoned_worker: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
     import ayo_llamaindex
@@ -111,10 +114,15 @@ def test_embedding_worker_raising_fails_only_its_query(poisoned_worker: None) ->
     question = "How do I turn Python objects into JSON?"
     expected = str(stock(question, TEXTS))
     assert str(fast(question, TEXTS)) == expected  # warm: the engine is loaded
+    monkeypatch.setitem(SLOW_BATCHES, "seconds", 0.5)
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         start = time.monotonic()
+        # A good query first: while its ingest runs (slowly) the bad and the other good one queue up
+        # and their ingest embeds are merged into one call, which the poison then fails.
+        good = [pool.submit(fast, question, TEXTS)]
+        time.sleep(0.1)
         bad = pool.submit(fast, question, [*TEXTS, f"{POISON} in this document."])
-        good = [pool.submit(fast, question, TEXTS) for _ in range(2)]
+        good.append(pool.submit(fast, question, TEXTS))
         with pytest.raises(Exception) as err:  # noqa: PT011 - checked below: it names the engine
             bad.result(timeout=120)
         assert time.monotonic() - start < 60
