@@ -143,6 +143,10 @@ class OptimizedWorkflow:
                 why = "its model requests use tools" if own else "no model call of a recognized LLM seen"
                 opaque.append((f"step:{name}", f"user code ({why})"))
                 lines.append(f"  step {name} ({summary}): user code{note}")
+        early = list(self.last_run.early_tools.log) if self.last_run is not None else []
+        if early:
+            lines.append(f"  last run: {len(early)} tool call(s) started as soon as their arguments were complete in "
+                         f"the model's stream ({', '.join(e['tool'] for e in early)})")
         for b in self._llms:
             if not b.recognized:
                 opaque.append((b.label, f"its calls run as stock: {b.reason}"))

@@ -32,6 +32,7 @@ from ayo_core.introspect import once
 from ayo_core.runtime import Expand
 from ayo_core.templates import Opaque
 from ayo_core.templates.flow import Route
+from ayo_llamaindex.agent_tools import EarlyToolStarts, ObservingContext
 from ayo_shims import llamaindex_workflows as wf_shim
 from ayo_shims import openai_client
 
@@ -77,6 +78,7 @@ class WorkflowRun:
         self._watcher: asyncio.Task | None = None  # held: the loop keeps only weak references to tasks
         self.graph: Graph | None = None
         self.trace: Any = None
+        self.early_tools = EarlyToolStarts()  # FunctionAgent tool calls started from the model's stream
 
     # -- the workflow side ---------------------------------------------------------------------
     def submit(self, step: str) -> StepCall:
@@ -220,7 +222,18 @@ def _route_client(llm: Any, client: Any) -> Any:
     return wf_shim.RoutedAsyncClient(client, openai_client.Route(node.ctx.engine(kind)), (LLMEngineError,))
 
 
+def _observe_stream(agent: Any, ctx: Any, tools: Any) -> Any:
+    run = _RUN.get()
+    return None if run is None else ObservingContext(ctx, run.early_tools, list(tools))
+
+
+def _started_tool(tool: Any, tool_input: dict) -> Any:
+    run = _RUN.get()
+    return None if run is None else run.early_tools.take(tool, tool_input)
+
+
 @once
 def install_hooks() -> None:
     wf_shim.wrap_step_calls(_gate)
     wf_shim.wrap_async_clients(_route_client)
+    wf_shim.wrap_agent_tool_calls(_observe_stream, _started_tool)

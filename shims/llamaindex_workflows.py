@@ -203,3 +203,46 @@ class _SdkChunks:
         closer = getattr(self.stream, "aclose", None) or getattr(self.stream, "close", None)
         if closer is not None:
             await closer()
+
+
+# -- FunctionAgent: its model's stream and its tool calls --------------------------------------
+
+_AGENTS = "llama_index.core.agent.workflow"
+declare(f"{_AGENTS}.FunctionAgent._get_streaming_response (wrapt)", framework="llama-index-core",
+        checked="0.14.x", why="a tool call starts as soon as its arguments are complete in the model's stream "
+        "(the AgentStream events the agent writes carry the calls parsed so far)",
+        check=has_private_attr(f"{_AGENTS}.function_agent", "FunctionAgent", "_get_streaming_response"))
+declare(f"{_AGENTS}.BaseWorkflowAgent._call_tool (wrapt)", framework="llama-index-core", checked="0.14.x",
+        why="the call_tool step of a call that already started waits for that result inside stock's own "
+            "error handling", check=has_private_attr(f"{_AGENTS}.base_agent", "BaseWorkflowAgent", "_call_tool"))
+
+
+def wrap_agent_tool_calls(on_stream: Callable[[Any, Any, Any], Any | None],
+                          on_call: Callable[[Any, dict], Any | None]) -> None:
+    """Once per process. ``on_stream(agent, ctx, tools)`` may return a stand-in for the ``ctx`` a
+    ``FunctionAgent`` writes its streamed ``AgentStream`` events to (None: the agent's own);
+    ``on_call(tool, tool_input)`` may return a stand-in for the tool ``_call_tool`` calls (None: the
+    tool itself)."""
+    if "agent_tools" in _installed:
+        return
+    import wrapt
+    from llama_index.core.agent.workflow.base_agent import BaseWorkflowAgent
+    from llama_index.core.agent.workflow.function_agent import FunctionAgent
+
+    async def streaming_response(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        bound = dict(zip(("ctx", "current_llm_input", "tools"), args, strict=False)) | kwargs
+        ctx = on_stream(instance, bound["ctx"], bound.get("tools") or [])
+        if ctx is None:
+            return await wrapped(*args, **kwargs)
+        return await wrapped(**{**bound, "ctx": ctx})
+
+    async def call_tool(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        bound = dict(zip(("ctx", "tool", "tool_input"), args, strict=False)) | kwargs
+        tool = on_call(bound["tool"], bound["tool_input"])
+        if tool is None:
+            return await wrapped(*args, **kwargs)
+        return await wrapped(**{**bound, "tool": tool})
+
+    wrapt.wrap_function_wrapper(FunctionAgent, "_get_streaming_response", streaming_response)
+    wrapt.wrap_function_wrapper(BaseWorkflowAgent, "_call_tool", call_tool)
+    _installed.add("agent_tools")
