@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ayo_shims import openai_client
-from ayo_shims.llamaindex import OPENAI_LLM, OPENAI_LLM_CHECKED
+from ayo_shims.llamaindex import CORE, CORE_CHECKED, OPENAI_LLM, OPENAI_LLM_CHECKED
 from ayo_shims.touchpoints import declare, has_private_attr, importable
 
 WORKFLOWS = "llama-index-workflows"
@@ -208,11 +208,11 @@ class _SdkChunks:
 # -- FunctionAgent: its model's stream and its tool calls --------------------------------------
 
 _AGENTS = "llama_index.core.agent.workflow"
-declare(f"{_AGENTS}.FunctionAgent._get_streaming_response (wrapt)", framework="llama-index-core",
-        checked="0.14.x", why="a tool call starts as soon as its arguments are complete in the model's stream "
+declare(f"{_AGENTS}.FunctionAgent._get_streaming_response (wrapt)", framework=CORE,
+        checked=CORE_CHECKED, why="a tool call starts as soon as its arguments are complete in the model's stream "
         "(the AgentStream events the agent writes carry the calls parsed so far)",
         check=has_private_attr(f"{_AGENTS}.function_agent", "FunctionAgent", "_get_streaming_response"))
-declare(f"{_AGENTS}.BaseWorkflowAgent._call_tool (wrapt)", framework="llama-index-core", checked="0.14.x",
+declare(f"{_AGENTS}.BaseWorkflowAgent._call_tool (wrapt)", framework=CORE, checked=CORE_CHECKED,
         why="the call_tool step of a call that already started waits for that result inside stock's own "
             "error handling", check=has_private_attr(f"{_AGENTS}.base_agent", "BaseWorkflowAgent", "_call_tool"))
 
