@@ -340,7 +340,9 @@ class EngineScheduler:
         t0 = time.perf_counter()
         plan = self.step_nowait()
         for batch in plan.batches:
-            self._tasks[batch.id] = asyncio.get_running_loop().create_task(self._execute(batch))
+            task = asyncio.get_running_loop().create_task(self._execute(batch))
+            task.add_done_callback(functools.partial(self._reap, batch.id))
+            self._tasks[batch.id] = task
         while self._space_waiters and len(self.waiting) < self.config.max_queue:
             waiter = self._space_waiters.pop(0)
             if not waiter.done():
@@ -351,6 +353,13 @@ class EngineScheduler:
                 for r in batch.requests:
                     if r.trace is not None:
                         r.trace.add_overhead("scheduling", spent)
+
+    def _reap(self, batch_id: int, task: asyncio.Task) -> None:
+        # A call task cancelled before its first step (all its requests withdrawn in the loop iteration
+        # the pump created it in) never runs _execute, whose end frees the slot: free it here.
+        if batch_id in self.running:
+            self.finish_nowait(batch_id, None, asyncio.CancelledError())
+            self._schedule_pump()
 
     async def _execute(self, batch: Batch) -> None:
         loop = asyncio.get_running_loop()

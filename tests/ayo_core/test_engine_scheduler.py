@@ -248,3 +248,20 @@ async def test_a_failing_merged_call_fails_only_the_request_that_caused_it(vcloc
     assert isinstance(out[1], RuntimeError) and "among 1 texts" in str(out[1])  # its own call's error
     stats = s.statistics()
     assert (stats.merged_requests, stats.finished, stats.failed) == (2, 2, 1)
+
+
+async def test_a_batch_cancelled_before_its_call_started_frees_its_slot(vclock):
+    """Every request of a batch cancelled in the loop iteration its call task was created in: the task
+    never runs, yet the batch must leave ``running`` (embed has one slot: a leak would hang it)."""
+    emb = FakeEmbedding(LatencyModel(fixed=0.01))
+    s = EngineScheduler("embed", emb, "fifo")
+    callers = [asyncio.ensure_future(s.submit(req(args=([t],), query_id=f"q{i}"))) for i, t in enumerate("ab")]
+    await asyncio.sleep(0)  # the callers submit; the pump is scheduled, not run yet
+    assert s._pump_scheduled and not s._tasks
+    for c in callers:  # their cancellation runs after the pump made the task, before the task's first step
+        c.cancel()
+    await asyncio.gather(*callers, return_exceptions=True)
+    await asyncio.sleep(0.1)
+    stats = s.statistics()
+    assert (stats.running_requests, stats.running_batches, stats.cancelled) == (0, 0, 2)
+    assert await asyncio.wait_for(s.submit(req(args=(["c"],), query_id="q3")), 5) == emb.embed(["c"])
