@@ -125,10 +125,12 @@ class NodeRunnable(OptimizedRunnable):
 
     async def _query_run(self, input: Any, config: Any, sync: bool, streaming: bool = False) -> ChainCall:
         parent = config.get("callbacks")
-        if (self.flattened_by_langgraph and not streaming and isinstance(parent, BaseCallbackManager)
+        if (self.flattened_by_langgraph and isinstance(parent, BaseCallbackManager)
                 and parent.parent_run_id is not None):
+            # invoked or streamed (LangGraph streams a node's steps under stream_mode="messages"/"custom"
+            # and astream_events, still flattened into the node's run): no run of its own
             return ChainCall(cfg=config, run_manager=None, sync=sync, streaming=streaming)
-        # called outside a node's run (nothing to hang the steps under), or streamed: a chain run, as a
+        # called outside a node's run (nothing to hang the steps under): a chain run, as a
         # RunnableSequence invoked alone opens
         return await super()._query_run(input, config, sync, streaming)
 

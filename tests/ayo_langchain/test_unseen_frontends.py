@@ -21,9 +21,10 @@ from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.messages import AnyMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-from langchain_core.runnables import ConfigurableFieldSpec, RunnableLambda
+from langchain_core.runnables import ConfigurableFieldSpec, RunnableConfig, RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langgraph.checkpoint.memory import MemorySaver
+from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, Send, interrupt
@@ -181,10 +182,46 @@ def test_astream_events_v2(llm_url: str) -> None:
         models = [(e["event"], e["metadata"].get("langgraph_node")) for e in seen
                   if e["event"] in ("on_chat_model_start", "on_chat_model_end")]
         ends = [plain(e["data"]["output"]) for e in seen if e["event"] == "on_chain_end" and e["name"] == "LangGraph"]
-        return "".join(tokens), models, ends
+        # every run's start and end, where it hangs (depth) and its tags: a node's LCEL steps hang under the
+        # node's run, as LangGraph flattens them (the order of a step's start among the model's chunks and the
+        # chunk count may differ: Ayo's stream ends with a chunk of its own for the finish reason)
+        runs = sorted((e["event"], e["name"], tuple(sorted(e["tags"])), len(e["parent_ids"])) for e in seen
+                      if not e["event"].endswith("_stream"))
+        return "".join(tokens), models, ends, runs
 
     want = same(lambda: chatbot_graph(llm_url, True), scenario)
     assert want[0] and len(want[1]) == 4
+    assert ("on_prompt_start", "ChatPromptTemplate", ("seq:step:1",), 2) in want[3]
+
+
+def writer_graph(url: str) -> Any:
+    """Steps of an LCEL node that write custom stream events and read the run's config (user style)."""
+    def announce(state: ChatState, config: RunnableConfig) -> ChatState:
+        get_stream_writer()({"status": f"answering for {config['configurable'].get('user', 'nobody')}"})
+        return state
+
+    def done(message: Any) -> dict[str, Any]:
+        get_stream_writer()({"status": "done", "chars": len(message.content)})
+        return {"messages": [message], "turns": 1}
+
+    g = StateGraph(ChatState)
+    g.add_node("chatbot", RunnableLambda(announce) | SYSTEM | llm(url) | RunnableLambda(done))
+    g.add_edge(START, "chatbot")
+    return g.compile()
+
+
+def test_stream_custom_events_and_config_from_lambda_steps(llm_url: str) -> None:
+    def scenario(g: Any) -> Any:
+        cfg = {"configurable": {"user": "ann"}}
+        custom = list(g.stream(first_turn(QUESTIONS[0]), cfg, stream_mode="custom"))
+
+        async def astream() -> list[Any]:
+            return [plain(c) async for c in g.astream(first_turn(QUESTIONS[1]), cfg, stream_mode=["custom", "updates"])]
+
+        return custom, asyncio.run(astream())
+
+    want = same(lambda: writer_graph(llm_url), scenario)
+    assert want[0][0] == {"status": "answering for ann"} and want[0][1]["status"] == "done"
 
 
 # ---- Send map-reduce, subgraphs ----------------------------------------------------------------
@@ -474,3 +511,29 @@ def test_optimize_never_raises_on_these_objects(caplog: pytest.LogCaptureFixture
         assert type(obj).__name__ in caplog.text and "unchanged" in caplog.text
         if obj is builder:
             assert "builder.compile(" in caplog.text
+
+
+class Asked(TypedDict, total=False):
+    question: str
+    answer: str
+
+
+def history_in_a_graph(url: str) -> tuple[dict[str, Any], Any]:
+    """A graph node that is a chain with memory: the session id rides in the graph's config."""
+    prompt = ChatPromptTemplate.from_messages([("system", "You are terse."), MessagesPlaceholder("history"),
+                                               ("human", "{question}")])
+    store, chain = with_store(prompt | llm(url) | StrOutputParser(), input_messages_key="question",
+                              history_messages_key="history")
+    g = StateGraph(Asked)
+    g.add_node("answer", chain | (lambda text: {"answer": text}))
+    g.add_edge(START, "answer")
+    return store, g.compile()
+
+
+def test_a_chain_with_memory_as_a_graph_node(llm_url: str) -> None:
+    def scenario(g: Any) -> Any:
+        return [outcome(lambda q=q, sid=sid: g.invoke({"question": q}, session(sid)))
+                for sid in ("s1", "s2") for q in ("I am Ann.", "Who am I?")]
+
+    _, store = same_with_store(lambda: history_in_a_graph(llm_url), scenario)
+    assert len(store["s1"]) == 4
