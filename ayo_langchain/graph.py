@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.runnables.config import var_child_runnable_config
 
 from ayo_core.explain import Explanation, explanation
 from ayo_langchain import capture as cap
@@ -133,6 +134,17 @@ class NodeRunnable(OptimizedRunnable):
         # called outside a node's run (nothing to hang the steps under): a chain run, as a
         # RunnableSequence invoked alone opens
         return await super()._query_run(input, config, sync, streaming)
+
+    async def _execute(self, input: Any, run: ChainCall) -> Any:
+        # LangGraph runs the node with its step config as the context's config, which LangChain's
+        # merge_configs (a with_config binding's, the message history's) folds into every config it merges:
+        # stock's steps each run under their own config there, Ayo's configs are explicit, so none is ambient
+        # (a step's own run still sets its config, for interrupt() and get_stream_writer())
+        token = var_child_runnable_config.set(None)
+        try:
+            return await super()._execute(input, run)
+        finally:
+            var_child_runnable_config.reset(token)
 
 
 class OptimizedGraphMixin:

@@ -165,6 +165,15 @@ class PlannedChainRun:
     async def end(self, value: Any) -> None:
         await self.run_manager.on_chain_end(value)
 
+    async def start_with(self, value: Any) -> Any:
+        """Open the run; ``value`` passes on (a node between the steps it wraps and their input)."""
+        await self.start(value)
+        return value
+
+    async def end_with(self, value: Any) -> Any:
+        await self.end(value)
+        return value
+
 
 # composites Ayo reports no run for: the user's chain of that kind gets its run opened here
 _NO_OWN_RUN = (cap.Sequence, cap.Parallel, cap.Assign, cap.Identity)
@@ -173,11 +182,29 @@ _NO_OWN_RUN = (cap.Sequence, cap.Parallel, cap.Assign, cap.Identity)
 # ---- lowering --------------------------------------------------------------------------
 def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str:
     """load the history (the runnable's own step) -> the user's chain, lowered, under the runs stock opens."""
+    own_run = None
     if m is not lw.plan.root:  # nested: merge here what the root's top config merges for the whole call
         cfg = hshims.history_config(m.runnable, cfg)
-    loaded = lw.lower(m.loader, src, step_config(cfg, lw.run.run_manager, "seq:step:1"))
-    switch_cfg = leaf_config(step_config(cfg, lw.run.run_manager, "seq:step:2"), m.switch.wrappers,
+        # and open the runnable's own run, which the query's run is for a root (its binding names it)
+        own_run = PlannedChainRun(m.runnable, shims.binding_config(m.runnable.bound, cfg))
+        src = lw.build(Transform(own_run.start_with, m.label(), takes_ctx=False), {"value": src}, "history_open")
+    before = set(lw.graph.nodes)
+    loaded = lw.lower(m.loader, src, own_run.child("seq:step:1") if own_run is not None
+                      else step_config(cfg, lw.run.run_manager, "seq:step:1"))
+    if own_run is not None:  # a store that fails to read ends the runnable's run with its error, as in stock
+        report_errors(lw.graph, set(lw.graph.nodes) - before, [own_run])
+    switch_cfg = leaf_config(own_run.child("seq:step:2") if own_run is not None
+                             else step_config(cfg, lw.run.run_manager, "seq:step:2"), m.switch.wrappers,
                              m.switch.runnable)
+    body = _lower_switch(lw, m, loaded, switch_cfg, own_run)
+    if own_run is None:
+        return body
+    return lw.build(Transform(own_run.end_with, m.label(), takes_ctx=False), {"value": body}, "history_close")
+
+
+def _lower_switch(lw: Lowerer, m: History, loaded: str, switch_cfg: RunnableConfig,
+                  own_run: PlannedChainRun | None) -> str:
+    """check_sync_or_async's step: the user's chain, lowered, under its run and the chain's own run."""
     switch_run = PlannedChainRun(m.switch.runnable, switch_cfg)
     limit = switch_run.cfg["recursion_limit"]
     # what check_sync_or_async returns under this call (sync: with_listeners, async: with_alisteners),
@@ -203,7 +230,7 @@ def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str
         body = lw._call_node("opaque", m.inner, started, inner_cfg, COST["opaque"], kind=Opaque)
     else:
         body = lw.lower(m.inner, started, inner_run.child() if inner_run is not None else inner_cfg)
-    report_errors(lw.graph, set(lw.graph.nodes) - before, [r for r in (inner_run, switch_run) if r is not None])
+    report_errors(lw.graph, set(lw.graph.nodes) - before, [r for r in (inner_run, switch_run, own_run) if r is not None])
 
     async def end(ctx: Any, value: Any) -> Any:
         if inner_run is not None:

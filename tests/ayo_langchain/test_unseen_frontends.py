@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.messages import AnyMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
@@ -530,10 +531,53 @@ def history_in_a_graph(url: str) -> tuple[dict[str, Any], Any]:
     return store, g.compile()
 
 
-def test_a_chain_with_memory_as_a_graph_node(llm_url: str) -> None:
-    def scenario(g: Any) -> Any:
-        return [outcome(lambda q=q, sid=sid: g.invoke({"question": q}, session(sid)))
-                for sid in ("s1", "s2") for q in ("I am Ann.", "Who am I?")]
+class Runs(BaseCallbackHandler):
+    """Every run a handler sees: (kind, name, tags, its parent's name), runs named in ``skip`` left out
+    (their children hang under the nearest run kept: Ayo's composites report no run)."""
 
-    _, store = same_with_store(lambda: history_in_a_graph(llm_url), scenario)
-    assert len(store["s1"]) == 4
+    def __init__(self) -> None:
+        self.runs: dict[Any, tuple[str, str, tuple[str, ...], Any]] = {}
+
+    def _start(self, kind: str, kw: dict[str, Any]) -> None:
+        self.runs[kw["run_id"]] = (kind, kw.get("name") or "", tuple(sorted(kw.get("tags") or ())),
+                                   kw.get("parent_run_id"))
+
+    def on_chain_start(self, serialized: Any, inputs: Any, **kw: Any) -> None:
+        self._start("chain", kw)
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, **kw: Any) -> None:
+        self._start("chat_model", kw)
+
+    def tree(self, skip: tuple[str, ...] = ()) -> list[tuple[str, str, tuple[str, ...], str]]:
+        def parent(pid: Any) -> str:
+            while pid in self.runs and self.runs[pid][1] in skip:
+                pid = self.runs[pid][3]
+            return self.runs[pid][1] if pid in self.runs else "-"
+
+        return sorted((kind, name, tags, parent(pid)) for kind, name, tags, pid in self.runs.values()
+                      if name not in skip)
+
+
+HISTORY_COMPOSITES = ("insert_history", "RunnableParallel<history>")  # assigns Ayo splits into nodes
+
+
+def test_a_chain_with_memory_as_a_graph_node(llm_url: str) -> None:
+    """Values, the store, and the runs: the history's own runs under the node's, as stock (the graph's
+    context config must not leak into the configs Ayo merges)."""
+    def scenario(g: Any) -> Any:
+        out = [outcome(lambda q=q, sid=sid: g.invoke({"question": q}, session(sid)))
+               for sid in ("s1", "s2") for q in ("I am Ann.", "Who am I?")]
+        sync, asynchronous = Runs(), Runs()
+        g.invoke({"question": "Again?"}, {**session("s3"), "callbacks": [sync]})
+        asyncio.run(g.ainvoke({"question": "Again?"}, {**session("s3"), "callbacks": [asynchronous]}))
+        # stock's composites (the history's insert_history assign) report runs Ayo's split nodes do not
+        return out, sync.tree(HISTORY_COMPOSITES), asynchronous.tree(HISTORY_COMPOSITES)
+
+    stock_store, stock = history_in_a_graph(llm_url)
+    fast_store, inner = history_in_a_graph(llm_url)
+    fast = ayo_langchain.optimize(inner)
+    want, got = scenario(stock), scenario(fast)
+    assert got == want
+    assert stored(fast_store) == stored(stock_store) and len(stock_store["s1"].messages) == 4
+    assert ("chain", "RunnableWithMessageHistory", ("seq:step:1",), "answer") in got[1]
+    assert ("chat_model", "", ("seq:step:2",), "RunnableSequence") in got[1]
