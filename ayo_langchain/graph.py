@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackManager
-from langchain_core.runnables.config import var_child_runnable_config
 
 from ayo_core.explain import Explanation, explanation
 from ayo_langchain import capture as cap
 from ayo_langchain.explain import lowered_modules
+from ayo_langchain.history import ambient_config
 from ayo_langchain.lower import ChainCall
 from ayo_langchain.runnable import OptimizedRunnable, Options
 from ayo_shims import langgraph as lg
@@ -136,15 +136,14 @@ class NodeRunnable(OptimizedRunnable):
         return await super()._query_run(input, config, sync, streaming)
 
     async def _execute(self, input: Any, run: ChainCall) -> Any:
-        # LangGraph runs the node with its step config as the context's config, which LangChain's
+        if run.streaming:  # stock's streamed node runs all its steps in the node's step config: ambient, as there
+            return await super()._execute(input, run)
+        # invoked, LangGraph runs the node with its step config as the context's config, which LangChain's
         # merge_configs (a with_config binding's, the message history's) folds into every config it merges:
         # stock's steps each run under their own config there, Ayo's configs are explicit, so none is ambient
         # (a step's own run still sets its config, for interrupt() and get_stream_writer())
-        token = var_child_runnable_config.set(None)
-        try:
+        with ambient_config(None):
             return await super()._execute(input, run)
-        finally:
-            var_child_runnable_config.reset(token)
 
 
 class OptimizedGraphMixin:

@@ -28,13 +28,20 @@ object, with the reason in ``explain()``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID, uuid4
 
 from langchain_core.callbacks.manager import AsyncCallbackManagerForChainRun
 from langchain_core.runnables import RunnableBranch, RunnableConfig
-from langchain_core.runnables.config import ensure_config, get_async_callback_manager_for_config, patch_config
+from langchain_core.runnables.config import (
+    ensure_config,
+    get_async_callback_manager_for_config,
+    patch_config,
+    var_child_runnable_config,
+)
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from ayo_core.engines.prompt_warmer import PromptWarmer
@@ -180,6 +187,17 @@ _NO_OWN_RUN = (cap.Sequence, cap.Parallel, cap.Assign, cap.Identity)
 
 
 # ---- lowering --------------------------------------------------------------------------
+@contextmanager
+def ambient_config(cfg: RunnableConfig | None) -> Iterator[None]:
+    """Make ``cfg`` the context's config: what LangChain's ``merge_configs`` folds into every config it merges
+    (None: nothing, the merged configs alone)."""
+    token = var_child_runnable_config.set(cfg)
+    try:
+        yield
+    finally:
+        var_child_runnable_config.reset(token)
+
+
 def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str:
     """load the history (the runnable's own step) -> the user's chain, lowered, under the runs stock opens."""
     own_run = None
@@ -188,6 +206,14 @@ def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str
         # and open the runnable's own run, which the query's run is for a root (its binding names it)
         own_run = PlannedChainRun(m.runnable, shims.binding_config(m.runnable.bound, cfg))
         src = lw.build(Transform(own_run.start_with, m.label(), takes_ctx=False), {"value": src}, "history_open")
+    # stock runs each of its steps under that step's own config; Ayo's configs are explicit: none is ambient
+    # (a graph node streamed by LangGraph has its config there, which merge_configs would fold into each)
+    with ambient_config(None):
+        return _lower_history_steps(lw, m, src, cfg, own_run)
+
+
+def _lower_history_steps(lw: Lowerer, m: History, src: str, cfg: RunnableConfig,
+                         own_run: PlannedChainRun | None) -> str:
     before = set(lw.graph.nodes)
     loaded = lw.lower(m.loader, src, own_run.child("seq:step:1") if own_run is not None
                       else step_config(cfg, lw.run.run_manager, "seq:step:1"))

@@ -531,6 +531,34 @@ def history_in_a_graph(url: str) -> tuple[dict[str, Any], Any]:
     return store, g.compile()
 
 
+def run_events(g: Any, x: Any, cfg: Any = None, skip: tuple[str, ...] = ()) -> list[tuple[str, str, tuple[str, ...]]]:
+    """``astream_events`` v2: each run's start and end (event, name, tags), runs named in ``skip`` left out."""
+    async def events() -> list[dict[str, Any]]:
+        return [e async for e in g.astream_events(x, cfg, version="v2")]
+
+    return sorted((e["event"], e["name"], tuple(sorted(e["tags"]))) for e in asyncio.run(events())
+                  if not e["event"].endswith("_stream") and e["name"] not in skip)
+
+
+def test_with_config_steps_in_a_node(llm_url: str) -> None:
+    """Steps named and tagged by ``with_config`` inside a node: the runs of invoke and of astream_events."""
+    def build() -> Any:
+        g = StateGraph(Asked)
+        g.add_node("answer", ChatPromptTemplate.from_template("Answer: {question}")
+                   | llm(llm_url).with_config(run_name="tutor", tags=["tutor"])
+                   | StrOutputParser().with_config(run_name="parse") | (lambda t: {"answer": t}))
+        g.add_edge(START, "answer")
+        return g.compile()
+
+    def scenario(g: Any) -> Any:
+        runs = Runs()
+        value = outcome(lambda: g.invoke({"question": "What is a set?"}, {"callbacks": [runs]}))
+        return value, runs.tree(), run_events(g, {"question": "What is a dict?"})
+
+    want = same(build, scenario)
+    assert ("chat_model", "tutor", ("seq:step:2", "tutor"), "answer") in want[1]
+
+
 class Runs(BaseCallbackHandler):
     """Every run a handler sees: (kind, name, tags, its parent's name), runs named in ``skip`` left out
     (their children hang under the nearest run kept: Ayo's composites report no run)."""
@@ -579,5 +607,8 @@ def test_a_chain_with_memory_as_a_graph_node(llm_url: str) -> None:
     want, got = scenario(stock), scenario(fast)
     assert got == want
     assert stored(fast_store) == stored(stock_store) and len(stock_store["s1"].messages) == 4
+    streamed = [run_events(g, {"question": "And now?"}, session("s4"), HISTORY_COMPOSITES) for g in (stock, fast)]
+    assert streamed[1] == streamed[0]
+    assert stored(fast_store) == stored(stock_store)
     assert ("chain", "RunnableWithMessageHistory", ("seq:step:1",), "answer") in got[1]
     assert ("chat_model", "", ("seq:step:2",), "RunnableSequence") in got[1]
