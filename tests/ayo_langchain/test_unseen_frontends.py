@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.chat_history import InMemoryChatMessageHistory
+from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
 from langchain_core.messages import AnyMessage, HumanMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
@@ -612,3 +612,54 @@ def test_a_chain_with_memory_as_a_graph_node(llm_url: str) -> None:
     assert stored(fast_store) == stored(stock_store)
     assert ("chain", "RunnableWithMessageHistory", ("seq:step:1",), "answer") in got[1]
     assert ("chat_model", "", ("seq:step:2",), "RunnableSequence") in got[1]
+
+
+class UnreachableStore(BaseChatMessageHistory):
+    """A history store that cannot be read (a database down)."""
+
+    @property
+    def messages(self) -> list[Any]:  # type: ignore[override]
+        raise ConnectionError("history store unreachable")
+
+    def add_messages(self, messages: Any) -> None:
+        raise AssertionError("never written: the read failed first")
+
+    def clear(self) -> None:
+        pass
+
+
+class Errors(Runs):
+    """Runs, plus the names of the runs that ended with an error, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[str] = []
+
+    def on_chain_error(self, error: BaseException, **kw: Any) -> None:
+        self.errors.append(self.runs[kw["run_id"]][1])
+
+
+def test_a_store_that_fails_under_a_graph_node(llm_url: str) -> None:
+    """The store's error, out of the graph as stock raises it, ending the same runs (Ayo's split composites,
+    the history's insert_history assign, report none)."""
+    def build() -> Any:
+        prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), ("human", "{question}")])
+        chain = RunnableWithMessageHistory(prompt | llm(llm_url) | StrOutputParser(), lambda session_id:
+                                           UnreachableStore(), input_messages_key="question",
+                                           history_messages_key="history")
+        g = StateGraph(Asked)
+        g.add_node("answer", chain | (lambda text: {"answer": text}))
+        g.add_edge(START, "answer")
+        return g.compile()
+
+    def scenario(g: Any) -> Any:
+        out = []
+        for call in (lambda c: g.invoke({"question": "hi"}, c), lambda c: asyncio.run(g.ainvoke({"question": "hi"}, c))):
+            runs = Errors()
+            out.append((outcome(lambda call=call, runs=runs: call({**session("s"), "callbacks": [runs]})),
+                        [name for name in runs.errors if name not in HISTORY_COMPOSITES], runs.tree(HISTORY_COMPOSITES)))
+        return out
+
+    want = same(build, scenario)
+    assert want[0][0] == ("raised", "ConnectionError", "history store unreachable")
+    assert want[0][1][:2] == ["load_history", "RunnableWithMessageHistory"]
