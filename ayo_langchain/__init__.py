@@ -39,6 +39,8 @@ def optimize(runnable: Any, *, runtime: Any = None, **options: Any) -> Any:
     if (why := cap.not_runnable_reason(runnable)) is not None:  # a graph builder, a store...: never refused
         log.warning("ayo_langchain.optimize: %s", why)
         return runnable
+    if isinstance(runnable, OptimizedRunnable):  # optimized again (other options): from the user's chain
+        runnable = runnable.wrapped
     if lg_shims.is_compiled_graph(runnable):  # LangGraph (create_agent too): Pregel runs it, nodes run on Ayo
         from ayo_langchain.graph import optimize_graph
 

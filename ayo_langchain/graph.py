@@ -54,6 +54,7 @@ class GraphPlan:
     """Per optimized graph: one :class:`NodePlan` per node (built once, at ``optimize()``)."""
 
     def __init__(self, graph: Any, options: Options, runtime: Any = None) -> None:
+        self.graph = graph  # the graph with the user's nodes (what optimizing again starts from)
         self.options = options
         self.nodes: dict[str, NodePlan] = {}
         self.new_nodes: dict[str, Any] = {}
@@ -211,6 +212,9 @@ def _optimized_class(cls: type) -> type:
 def optimize_graph(graph: Any, options: Options | None = None, runtime: Any = None) -> Any:
     """A copy of the compiled ``graph`` whose lowered nodes run on Ayo (see the module doc)."""
     lg.verify_all()
+    if isinstance(graph, OptimizedGraphMixin):  # optimized again (other options): the user's nodes, this
+        # copy's other settings (a with_config on it)
+        graph = type(graph)(**{**lg.graph_attributes(graph), "nodes": graph.ayo_plan.graph.nodes})
     plan = GraphPlan(graph, options or Options(), runtime)
     attrs = {**lg.graph_attributes(graph), "nodes": plan.new_nodes, "ayo_plan": plan}
     fast = _optimized_class(type(graph))(**attrs)

@@ -663,3 +663,17 @@ def test_a_store_that_fails_under_a_graph_node(llm_url: str) -> None:
     want = same(build, scenario)
     assert want[0][0] == ("raised", "ConnectionError", "history store unreachable")
     assert want[0][1][:2] == ["load_history", "RunnableWithMessageHistory"]
+
+
+def test_optimizing_twice(llm_url: str) -> None:
+    """``optimize(optimize(x, ...), ...)`` (a notebook cell run twice, other options): planned from the user's
+    objects again, not as an opaque wrapper of Ayo's own."""
+    graph = chatbot_graph(llm_url, True)
+    twice = ayo_langchain.optimize(ayo_langchain.optimize(graph), policy="fifo")
+    assert {n: p.kind for n, p in twice.ayo_plan.nodes.items()} == {"chatbot": "lowered", "count": "opaque"}
+    assert twice.ayo_plan.options.policy == "fifo"
+    x = first_turn(QUESTIONS[0])
+    assert outcome(lambda: twice.invoke(x)) == outcome(lambda: graph.invoke(x))
+    chain = SYSTEM | llm(llm_url)
+    again = ayo_langchain.optimize(ayo_langchain.optimize(chain))
+    assert again.wrapped is chain and type(again.plan.root).__name__ == "Sequence"
