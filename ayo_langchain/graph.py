@@ -12,6 +12,10 @@ of one super-step (a ``Send`` fan-out whose width is decided at run time) run co
 in stock, and their requests meet in the loop's shared engine schedulers, where Ayo ranks and
 batches them together.
 
+A node's LCEL sequence reports its steps under the node's run, flattened as LangGraph runs it, when
+invoked and when streamed (``stream_mode="messages"`` / ``"custom"``, ``astream_events``); an invoked
+node's configs are Ayo's own (LangGraph's config of the node is not folded into the ones Ayo merges).
+
 What is not an LCEL runnable Ayo lowers (a Python function node, a ``ToolNode``, a custom
 ``Runnable`` class) runs as the user's object, with the reason in ``explain()``; a subgraph
 used as a node is optimized the same way, recursively.

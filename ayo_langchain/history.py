@@ -10,6 +10,8 @@ runs stock opens (``check_sync_or_async``, then the chain's own run carrying the
 tracer): when that run ends, the runnable's own listener writes the history, from the run's
 own inputs and outputs. So the store holds what stock writes, after each call, for sync
 (``messages`` / ``add_messages``) and async (``aget_messages`` / ``aadd_messages``) calls.
+Nested in a chain or a graph node, the runnable's own run (``RunnableWithMessageHistory``) is
+opened around those steps, as stock opens it (at the root, the query's run is that run).
 
 ``create_history_aware_retriever(llm, retriever, prompt)`` is a ``RunnableBranch`` (no
 ``chat_history``: retrieve the input; else ``prompt | llm | StrOutputParser() | retriever``),
