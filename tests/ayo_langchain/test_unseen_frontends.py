@@ -677,3 +677,32 @@ def test_optimizing_twice(llm_url: str) -> None:
     chain = SYSTEM | llm(llm_url)
     again = ayo_langchain.optimize(ayo_langchain.optimize(chain))
     assert again.wrapped is chain and type(again.plan.root).__name__ == "Sequence"
+
+
+def test_a_chain_with_memory_inside_an_assign(llm_url: str) -> None:
+    """``RunnablePassthrough.assign(answer=<chain with memory>, ...)``: values, store and runs (stock's assign
+    composites left out: Ayo splits them into nodes), invoke and abatch."""
+    from langchain_core.runnables import RunnablePassthrough
+
+    prompt = ChatPromptTemplate.from_messages([("system", "You are terse."), MessagesPlaceholder("history"),
+                                               ("human", "{question}")])
+
+    def build() -> tuple[dict[str, Any], Any]:
+        store, chain = with_store(prompt | llm(llm_url) | StrOutputParser(), input_messages_key="question",
+                                  history_messages_key="history")
+        return store, RunnablePassthrough.assign(answer=chain, chars=lambda x: len(x["question"]))
+
+    skip = (*HISTORY_COMPOSITES, "RunnableAssign<answer,chars>", "RunnableParallel<answer,chars>")
+
+    def scenario(r: Any) -> Any:
+        out = []
+        for q in ("I am Ann.", "Who am I?"):
+            runs = Runs()
+            out.append((outcome(lambda q=q, runs=runs: r.invoke({"question": q}, {**session("a"), "callbacks": [runs]})),
+                        runs.tree(skip)))
+        out.append(outcome(lambda: asyncio.run(r.abatch([{"question": "x"}, {"question": "y"}],
+                                                        [session("b1"), session("b2")]))))
+        return out
+
+    want, store = same_with_store(build, scenario)
+    assert len(store["a"]) == 4 and any(run[1] == "RunnableWithMessageHistory" for run in want[0][1])
