@@ -11,14 +11,17 @@ as the user's own object, as one node of the graph.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from ayo_langchain import capture as cap
 from ayo_langchain import history  # noqa: F401 - registers the chat-history recognizers and lowerings
 from ayo_langchain.runnable import OptimizedRunnable, Options
 from ayo_shims import langchain as shims
 from ayo_shims import langgraph as lg_shims
 
 __all__ = ["OptimizedRunnable", "Options", "optimize"]
+log = logging.getLogger(__name__)
 
 
 def optimize(runnable: Any, *, runtime: Any = None, **options: Any) -> Any:
@@ -33,6 +36,11 @@ def optimize(runnable: Any, *, runtime: Any = None, **options: Any) -> Any:
     LCEL-runnable nodes run on Ayo (:mod:`ayo_langchain.graph`); anything else an :class:`OptimizedRunnable`.
     """
     shims.verify_all()
+    if (why := cap.not_runnable_reason(runnable)) is not None:  # a graph builder, a store...: never refused
+        log.warning("ayo_langchain.optimize: %s", why)
+        return runnable
+    if isinstance(runnable, OptimizedRunnable):  # optimized again (other options): from the user's chain
+        runnable = runnable.wrapped
     if lg_shims.is_compiled_graph(runnable):  # LangGraph (create_agent too): Pregel runs it, nodes run on Ayo
         from ayo_langchain.graph import optimize_graph
 

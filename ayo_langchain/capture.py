@@ -377,3 +377,45 @@ def module_graph(root: Module, opaque_reason: Callable[[Module], str] | None = N
                            detail="" if label == type(m.runnable).__name__ else label)
 
     return ModuleGraph(bind(root, "root"))
+
+
+# ---- what optimize() returns unchanged ----------------------------------------------------
+# Packages of the LangChain ecosystem whose non-runnable objects optimize() hands back (with a warning)
+# rather than refusing: a user passing a graph builder or a store gets their object, running as stock.
+_LANGCHAIN_PACKAGES = ("langchain", "langgraph")
+
+
+def _not_runnable_fixes() -> list[tuple[str, str, str]]:
+    """(module, class, the fix) for the non-runnables users most often pass by mistake."""
+    return [
+        ("langgraph.graph.state", "StateGraph",
+         "a graph builder: pass the compiled graph, optimize(builder.compile(...))"),
+        ("langgraph.checkpoint.base", "BaseCheckpointSaver",
+         "a checkpointer: compile the graph with it (builder.compile(checkpointer=...)) and optimize that graph"),
+        ("langchain_core.chat_history", "BaseChatMessageHistory",
+         "a message history: optimize the RunnableWithMessageHistory(chain, get_session_history) that uses it"),
+        ("langchain_core.vectorstores", "VectorStore",
+         "a vector store: optimize a chain that uses vectorstore.as_retriever(...)"),
+    ]
+
+
+def not_runnable_reason(obj: Any) -> str | None:
+    """Why ``optimize`` returns ``obj`` unchanged: a LangChain / LangGraph object that is no runnable and
+    that LCEL would not coerce (no dict, no callable); None for anything ``optimize`` takes or refuses."""
+    import importlib
+
+    if isinstance(obj, (Runnable, dict)) or callable(obj):
+        return None
+    if not any(getattr(c, "__module__", "").split(".")[0].startswith(_LANGCHAIN_PACKAGES)
+               for c in type(obj).__mro__[:-1]):
+        return None
+    what = "not a runnable: pass an LCEL runnable (a chain) or a compiled LangGraph graph"
+    for module, name, fix in _not_runnable_fixes():
+        try:
+            base = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):  # an optional package not installed
+            continue
+        if isinstance(obj, base):
+            what = fix
+            break
+    return f"{type(obj).__name__} is returned unchanged (it runs as stock, unoptimized): it is {what}"

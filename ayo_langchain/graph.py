@@ -12,6 +12,10 @@ of one super-step (a ``Send`` fan-out whose width is decided at run time) run co
 in stock, and their requests meet in the loop's shared engine schedulers, where Ayo ranks and
 batches them together.
 
+A node's LCEL sequence reports its steps under the node's run, flattened as LangGraph runs it, when
+invoked and when streamed (``stream_mode="messages"`` / ``"custom"``, ``astream_events``); an invoked
+node's configs are Ayo's own (LangGraph's config of the node is not folded into the ones Ayo merges).
+
 What is not an LCEL runnable Ayo lowers (a Python function node, a ``ToolNode``, a custom
 ``Runnable`` class) runs as the user's object, with the reason in ``explain()``; a subgraph
 used as a node is optimized the same way, recursively.
@@ -28,6 +32,7 @@ from langchain_core.callbacks import BaseCallbackManager
 from ayo_core.explain import Explanation, explanation
 from ayo_langchain import capture as cap
 from ayo_langchain.explain import lowered_modules
+from ayo_langchain.history import ambient_config
 from ayo_langchain.lower import ChainCall
 from ayo_langchain.runnable import OptimizedRunnable, Options
 from ayo_shims import langgraph as lg
@@ -53,6 +58,7 @@ class GraphPlan:
     """Per optimized graph: one :class:`NodePlan` per node (built once, at ``optimize()``)."""
 
     def __init__(self, graph: Any, options: Options, runtime: Any = None) -> None:
+        self.graph = graph  # the graph with the user's nodes (what optimizing again starts from)
         self.options = options
         self.nodes: dict[str, NodePlan] = {}
         self.new_nodes: dict[str, Any] = {}
@@ -125,12 +131,24 @@ class NodeRunnable(OptimizedRunnable):
 
     async def _query_run(self, input: Any, config: Any, sync: bool, streaming: bool = False) -> ChainCall:
         parent = config.get("callbacks")
-        if (self.flattened_by_langgraph and not streaming and isinstance(parent, BaseCallbackManager)
+        if (self.flattened_by_langgraph and isinstance(parent, BaseCallbackManager)
                 and parent.parent_run_id is not None):
+            # invoked or streamed (LangGraph streams a node's steps under stream_mode="messages"/"custom"
+            # and astream_events, still flattened into the node's run): no run of its own
             return ChainCall(cfg=config, run_manager=None, sync=sync, streaming=streaming)
-        # called outside a node's run (nothing to hang the steps under), or streamed: a chain run, as a
+        # called outside a node's run (nothing to hang the steps under): a chain run, as a
         # RunnableSequence invoked alone opens
         return await super()._query_run(input, config, sync, streaming)
+
+    async def _execute(self, input: Any, run: ChainCall) -> Any:
+        if run.streaming:  # stock's streamed node runs all its steps in the node's step config: ambient, as there
+            return await super()._execute(input, run)
+        # invoked, LangGraph runs the node with its step config as the context's config, which LangChain's
+        # merge_configs (a with_config binding's, the message history's) folds into every config it merges:
+        # stock's steps each run under their own config there, Ayo's configs are explicit, so none is ambient
+        # (a step's own run still sets its config, for interrupt() and get_stream_writer())
+        with ambient_config(None):
+            return await super()._execute(input, run)
 
 
 class OptimizedGraphMixin:
@@ -198,6 +216,9 @@ def _optimized_class(cls: type) -> type:
 def optimize_graph(graph: Any, options: Options | None = None, runtime: Any = None) -> Any:
     """A copy of the compiled ``graph`` whose lowered nodes run on Ayo (see the module doc)."""
     lg.verify_all()
+    if isinstance(graph, OptimizedGraphMixin):  # optimized again (other options): the user's nodes, this
+        # copy's other settings (a with_config on it)
+        graph = type(graph)(**{**lg.graph_attributes(graph), "nodes": graph.ayo_plan.graph.nodes})
     plan = GraphPlan(graph, options or Options(), runtime)
     attrs = {**lg.graph_attributes(graph), "nodes": plan.new_nodes, "ayo_plan": plan}
     fast = _optimized_class(type(graph))(**attrs)

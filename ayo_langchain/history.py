@@ -10,6 +10,8 @@ runs stock opens (``check_sync_or_async``, then the chain's own run carrying the
 tracer): when that run ends, the runnable's own listener writes the history, from the run's
 own inputs and outputs. So the store holds what stock writes, after each call, for sync
 (``messages`` / ``add_messages``) and async (``aget_messages`` / ``aadd_messages``) calls.
+Nested in a chain or a graph node, the runnable's own run (``RunnableWithMessageHistory``) is
+opened around those steps, as stock opens it (at the root, the query's run is that run).
 
 ``create_history_aware_retriever(llm, retriever, prompt)`` is a ``RunnableBranch`` (no
 ``chat_history``: retrieve the input; else ``prompt | llm | StrOutputParser() | retriever``),
@@ -28,13 +30,20 @@ object, with the reason in ``explain()``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID, uuid4
 
 from langchain_core.callbacks.manager import AsyncCallbackManagerForChainRun
 from langchain_core.runnables import RunnableBranch, RunnableConfig
-from langchain_core.runnables.config import ensure_config, get_async_callback_manager_for_config, patch_config
+from langchain_core.runnables.config import (
+    ensure_config,
+    get_async_callback_manager_for_config,
+    patch_config,
+    var_child_runnable_config,
+)
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from ayo_core.engines.prompt_warmer import PromptWarmer
@@ -165,19 +174,65 @@ class PlannedChainRun:
     async def end(self, value: Any) -> None:
         await self.run_manager.on_chain_end(value)
 
+    async def start_with(self, value: Any) -> Any:
+        """Open the run; ``value`` passes on (a node between the steps it wraps and their input)."""
+        await self.start(value)
+        return value
+
+    async def end_with(self, value: Any) -> Any:
+        await self.end(value)
+        return value
+
 
 # composites Ayo reports no run for: the user's chain of that kind gets its run opened here
 _NO_OWN_RUN = (cap.Sequence, cap.Parallel, cap.Assign, cap.Identity)
 
 
 # ---- lowering --------------------------------------------------------------------------
+@contextmanager
+def ambient_config(cfg: RunnableConfig | None) -> Iterator[None]:
+    """Make ``cfg`` the context's config: what LangChain's ``merge_configs`` folds into every config it merges
+    (None: nothing, the merged configs alone)."""
+    token = var_child_runnable_config.set(cfg)
+    try:
+        yield
+    finally:
+        var_child_runnable_config.reset(token)
+
+
 def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str:
     """load the history (the runnable's own step) -> the user's chain, lowered, under the runs stock opens."""
+    own_run = None
     if m is not lw.plan.root:  # nested: merge here what the root's top config merges for the whole call
         cfg = hshims.history_config(m.runnable, cfg)
-    loaded = lw.lower(m.loader, src, step_config(cfg, lw.run.run_manager, "seq:step:1"))
-    switch_cfg = leaf_config(step_config(cfg, lw.run.run_manager, "seq:step:2"), m.switch.wrappers,
+        # and open the runnable's own run, which the query's run is for a root (its binding names it)
+        own_run = PlannedChainRun(m.runnable, shims.binding_config(m.runnable.bound, cfg))
+        src = lw.build(Transform(own_run.start_with, m.label(), takes_ctx=False), {"value": src}, "history_open")
+    # stock runs each of its steps under that step's own config; Ayo's configs are explicit: none is ambient
+    # (a graph node streamed by LangGraph has its config there, which merge_configs would fold into each)
+    with ambient_config(None):
+        return _lower_history_steps(lw, m, src, cfg, own_run)
+
+
+def _lower_history_steps(lw: Lowerer, m: History, src: str, cfg: RunnableConfig,
+                         own_run: PlannedChainRun | None) -> str:
+    before = set(lw.graph.nodes)
+    loaded = lw.lower(m.loader, src, own_run.child("seq:step:1") if own_run is not None
+                      else step_config(cfg, lw.run.run_manager, "seq:step:1"))
+    if own_run is not None:  # a store that fails to read ends the runnable's run with its error, as in stock
+        report_errors(lw.graph, set(lw.graph.nodes) - before, [own_run])
+    switch_cfg = leaf_config(own_run.child("seq:step:2") if own_run is not None
+                             else step_config(cfg, lw.run.run_manager, "seq:step:2"), m.switch.wrappers,
                              m.switch.runnable)
+    body = _lower_switch(lw, m, loaded, switch_cfg, own_run)
+    if own_run is None:
+        return body
+    return lw.build(Transform(own_run.end_with, m.label(), takes_ctx=False), {"value": body}, "history_close")
+
+
+def _lower_switch(lw: Lowerer, m: History, loaded: str, switch_cfg: RunnableConfig,
+                  own_run: PlannedChainRun | None) -> str:
+    """check_sync_or_async's step: the user's chain, lowered, under its run and the chain's own run."""
     switch_run = PlannedChainRun(m.switch.runnable, switch_cfg)
     limit = switch_run.cfg["recursion_limit"]
     # what check_sync_or_async returns under this call (sync: with_listeners, async: with_alisteners),
@@ -203,7 +258,7 @@ def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str
         body = lw._call_node("opaque", m.inner, started, inner_cfg, COST["opaque"], kind=Opaque)
     else:
         body = lw.lower(m.inner, started, inner_run.child() if inner_run is not None else inner_cfg)
-    report_errors(lw.graph, set(lw.graph.nodes) - before, [r for r in (inner_run, switch_run) if r is not None])
+    report_errors(lw.graph, set(lw.graph.nodes) - before, [r for r in (inner_run, switch_run, own_run) if r is not None])
 
     async def end(ctx: Any, value: Any) -> Any:
         if inner_run is not None:

@@ -48,7 +48,7 @@ from ayo_core.runtime.chunks import drain_while_running, merge_chunk
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
-from ayo_langchain.callbacks import child, leaf_config, reported, start_chain_run
+from ayo_langchain.callbacks import leaf_config, reported, start_chain_run, step_config
 from ayo_langchain.lower import SECONDS_PER_TOKEN, ChainCall, Lowerer, is_language_model
 from ayo_shims import langchain as shims
 from ayo_shims import openai_client, python_runtime
@@ -394,7 +394,8 @@ class OptimizedRunnable(Runnable):
         top = isinstance(root, cap.Sequence)
 
         def cfg_of(j: int) -> RunnableConfig:
-            cfg = child(run.cfg, run.run_manager, f"seq:step:{j + 1}") if top else run.cfg
+            # no run of its own (a graph node's sequence, flattened into the node's run): steps of the caller's
+            cfg = step_config(run.cfg, run.run_manager, f"seq:step:{j + 1}") if top else run.cfg
             return leaf_config(cfg, steps[j].wrappers, steps[j].runnable)
 
         model = steps[at]
