@@ -130,12 +130,14 @@ def check(readme: Path, folder: Path = RESULTS_DIR) -> list[tuple[str, str, str]
     for path in sorted(folder.glob("*.json")):
         if path.name.endswith(".trace.json"):
             continue
-        prov = json.loads(path.read_text()).get("provenance") if path.stat().st_size else None
+        data = json.loads(path.read_text()) if path.stat().st_size else {}
+        prov = data.get("provenance")
         git = (prov or {}).get("git") or {}
+        in_table = "app" in data  # `ayo compare` results are the table's rows; other benchmarks' files are not
         if not prov:
             problems.append((path.name, PREDATES, f"{path.name}: no provenance (re-measure it with `ayo compare ... "
                              "--out benchmarks/results` or its benchmark script)"))
-        elif commit is not None and not (git.get("commit") or "").startswith(commit):
+        elif in_table and commit is not None and not (git.get("commit") or "").startswith(commit):
             problems.append((path.name, "different commit", f"{path.name} was measured at {git.get('commit')}, "
                              f"the README table at {commit}: re-measure one of them"))
         elif git.get("dirty"):
