@@ -52,7 +52,7 @@ import httpx
 from ayo_core.models import ayo_home
 from ayo_examples.common import APPS, EnginesConfig, load_questions
 
-from . import bound, provenance, timeline
+from . import bound, provenance, stats, timeline
 from .provenance import machine  # noqa: F401 - kept importable from here
 
 log = logging.getLogger("ayo.compare")
@@ -223,6 +223,7 @@ def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not ayo:
         return out
     ratios = [r["ratio"] for r in rows]
+    interval = stats.ratio_interval(ratios)
     out.update({
         "ayo_median_s": median(ayo), "ayo_p95_s": percentile(ayo, 95),
         "median_ratio": median(ratios),
@@ -231,6 +232,8 @@ def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
         # Whoever runs second finds the pair's prompts cached; the geometric mean of the two
         # orders' medians cancels that advantage (equal to median_ratio when there is none).
         "balanced_ratio": balanced_ratio(rows),
+        # how sure: geometric mean of the pairs' ratios with its 95 % interval (ayo_bench.stats)
+        "ratio_interval": None if interval is None else interval.as_dict(),
         "pairs_compared": len(rows), "identical_answers": sum(r["identical"] for r in rows),
         "all_identical": all(r["identical"] for r in rows) and len(rows) == len(all_rows),
     })
@@ -394,6 +397,10 @@ def print_latency(name: str, s: dict[str, Any], ayo_missing: str) -> None:
     print(f"  median per-pair ratio (stock/ayo) {_fmt(s['median_ratio'], 'x')}"
           f"  [stock ran first: {_fmt(s['median_ratio_stock_first'], 'x')}, ayo first: {_fmt(s['median_ratio_ayo_first'], 'x')};"
           f" order-balanced {_fmt(s['balanced_ratio'], 'x')}]")
+    ci = s.get("ratio_interval")
+    if ci:
+        print(f"  geometric-mean ratio {_fmt(ci['geomean'], 'x')}, 95 % interval {_fmt(ci['ci95_low'], 'x')}"
+              f"-{_fmt(ci['ci95_high'], 'x')} over {ci['n']} pairs: {ci['verdict']}")
     print(f"  identical answers {s['identical_answers']}/{s['pairs_compared']}"
           + ("" if s["all_identical"] else "  <-- NOT all identical"))
     if s["ayo_errors"] or s["stock_errors"]:

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ayo_bench import stats
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 COMMIT_MARK = re.compile(r"<!-- results:commit ([0-9a-f]{7,40}|none) -->")
@@ -47,6 +49,15 @@ def load_results(folder: Path = RESULTS_DIR) -> tuple[dict[str, dict[str, Any]],
     return latency, load
 
 
+def _interval(d: dict[str, Any]) -> str:
+    """Geometric-mean ratio, its 95 % interval and what it shows, from the pairs themselves (so
+    results written before ``ayo compare`` reported the interval get one too)."""
+    ci = stats.ratio_interval([p["ratio"] for p in d.get("pairs", []) if "ratio" in p])
+    if ci is None:
+        return "–"
+    return f"{ci.geomean:.2f}x [{ci.low:.2f}–{ci.high:.2f}]: {ci.verdict}"
+
+
 def _latency_row(name: str, d: dict[str, Any]) -> str:
     s = d["summary"]
     same = f"{s['identical_answers']}/{s['n']}" if "identical_answers" in s else "–"
@@ -59,7 +70,7 @@ def _latency_row(name: str, d: dict[str, Any]) -> str:
                  if bounded else "–")
     overhead = _s(s.get("ayo_overhead_median_pct"), " %", 3) if bounded else "–"
     return (f"| {name} | {s['n']} | {_s(s['stock_median_s'])} | {_s(s.get('ayo_median_s'))} | "
-            f"{_s(s.get('median_ratio'), 'x')} ({_s(s.get('balanced_ratio'), 'x')}) | {_s(s['stock_p95_s'])} / {_s(s.get('ayo_p95_s'))} | {same} | "
+            f"{_s(s.get('median_ratio'), 'x')} ({_s(s.get('balanced_ratio'), 'x')}) | {_interval(d)} | {_s(s['stock_p95_s'])} / {_s(s.get('ayo_p95_s'))} | {same} | "
             f"{efficiency} | {gap_parts} | {overhead} |")
 
 
@@ -101,9 +112,10 @@ def render(folder: Path = RESULTS_DIR) -> str:
         return "_No results yet: run `ayo compare all --out benchmarks/results`._\n"
     lines = header(list({**latency, **load}.values()))
     if latency:
-        lines += ["| app | n | stock median | Ayo median | median ratio (order-balanced) | p95 stock / Ayo | identical | "
+        lines += ["| app | n | stock median | Ayo median | median ratio (order-balanced) | ratio: geometric mean [95 % interval] | "
+                  "p95 stock / Ayo | identical | "
                   "efficiency: busiest engine / stock model | gap: outside graph / other engines / queued / idle | "
-                  "Ayo overhead |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "Ayo overhead |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [_latency_row(k, latency[k]) for k in sorted(latency, key=_rank)]
         lines.append("")
     if load:

@@ -28,14 +28,15 @@ def provenance(commit: str, dirty: bool = False) -> dict[str, Any]:
                        "launch_flags": ["--model", "/models/m-float32", "--dtype", "float32", "--enforce-eager"]}}
 
 
-def write_result(folder: Path, app: str, prov: dict[str, Any] | None) -> None:
+def write_result(folder: Path, app: str, prov: dict[str, Any] | None, ratios: tuple[float, ...] = ()) -> None:
     summary = {"n": 2, "stock_median_s": 2.0, "stock_p95_s": 2.2, "ayo_median_s": 1.0, "ayo_p95_s": 1.1,
                "median_ratio": 2.0, "balanced_ratio": 2.0, "identical_answers": 2, "busiest_engine": "llm",
                "efficiency_median": 0.8, "efficiency_model_median": 0.7,
                "gap_median_s": {"outside_graph": 0.1, "other_engine": 0.05, "queued": 0.0, "runtime": 0.05},
                "ayo_overhead_median_pct": 0.5}
     data = {"app": app, "date": "2026-12-01T00:00:00Z", "machine": {"cpu": "test cpu", "cores": 2}, "model": "m",
-            "max_tokens": 64, "search_latency_s": 0.3, "summary": summary}
+            "max_tokens": 64, "search_latency_s": 0.3, "summary": summary,
+            "pairs": [{"id": f"q{i}", "ratio": r} for i, r in enumerate(ratios)]}
     if prov:
         data["provenance"] = prov
     (folder / f"{app}.json").write_text(json.dumps(data))
@@ -56,6 +57,23 @@ def test_header_comes_from_provenance(tmp_path: Path) -> None:
     assert "/models/m-float32" not in table  # a machine's paths are not the README's business
     assert "fp32" not in table  # nothing hard-coded: the dtype is the server's
     assert "| naive_rag | 2 | 2.00 s | 1.00 s | 2.00x (2.00x) |" in table and "| 0.80 / 0.70 |" in table
+
+
+def test_each_row_says_whether_its_pairs_show_a_difference(tmp_path: Path) -> None:
+    write_result(tmp_path, "naive_rag", provenance("abcdef1234567890"), ratios=(1.31, 1.11, 1.21, 1.23))
+    write_result(tmp_path, "search_augmented", provenance("abcdef1234567890"), ratios=(0.96, 0.94, 0.92, 1.01))
+    write_result(tmp_path, "agent", provenance("abcdef1234567890"), ratios=(0.9,))
+    rows = {line.split(" | ")[0].strip("| "): line for line in readme_table.render(tmp_path).splitlines()}
+    assert "| 1.21x [1.09–1.35]: faster |" in rows["naive_rag"]
+    assert "| 0.96x [0.90–1.02]: no measurable difference |" in rows["search_augmented"]
+    assert "| 2.00x (2.00x) | – |" in rows["agent"]  # one pair: no interval
+
+
+def test_the_readme_table_is_the_rendering_of_the_committed_results() -> None:
+    text = (REPO / "README.md").read_text()
+    block = text.split(readme_table.START, 1)[1].split(readme_table.END, 1)[0]
+    assert block.strip() == readme_table.render(REPO / "benchmarks" / "results").strip(), (
+        "README's table is stale: python benchmarks/readme_table.py --update README.md")
 
 
 def test_check_agrees_when_every_file_is_from_the_readmes_commit(tmp_path: Path) -> None:

@@ -1,0 +1,98 @@
+"""The A/A noise floor: the same requests, timed against themselves, on the real LLM server.
+
+    python benchmarks/noise_floor.py              # -n 8 pairs, Ayo's own server
+    AYO_LLM_URL=http://127.0.0.1:8765/v1 python benchmarks/noise_floor.py -n 4
+
+What a ratio from ``ayo compare`` can show depends on how much the very same work varies on this
+machine. This sends one fixed sequence of chat requests (a short query-writing call, then an
+answer over a long prompt, ``max_tokens`` each, greedy, ``ignore_eos`` so every run decodes the
+same tokens) as two identical sides A and B, alternating A B / B A, with the server's prefix cache
+emptied before every run (as ``ayo compare`` does). There is no Ayo in it: each pair's ratio A/B
+would be exactly 1.0 on a perfectly steady machine. Printed: every run's time, the spread
+(slowest / fastest run), and the A/A ratio's geometric mean with its 95 % interval
+(``ayo_bench.stats``), which is how wide an ``ayo compare`` interval with the same n is before Ayo
+changes anything. The JSON (with provenance) goes to ``--out`` (default ``$AYO_HOME/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ayo_bench import provenance, stats
+from ayo_bench.compare import LLM_DTYPE, default_results_dir, probe_cache_reset
+
+QUERY = ("Write 3 short web search queries that would find the answer to this question about Python's "
+         "standard library. Write one query per line and nothing else.\nQuestion: which module parses "
+         "command-line options?")
+CONTEXT = " ".join(f"Result {i}: the argparse module makes it easy to write user-friendly command-line "
+                   "interfaces; it defines what arguments the program requires." for i in range(12))
+
+
+def requests(model: str, max_tokens: int) -> list[dict[str, Any]]:
+    answer = f"Question: which module parses command-line options?\n\nSearch results:\n{CONTEXT}\n\nAnswer."
+    return [{"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+             "temperature": 0.0, "ignore_eos": True} for text in (QUERY, answer)]
+
+
+async def one_run(client: httpx.AsyncClient, url: str, bodies: list[dict[str, Any]], reset_url: str | None) -> float:
+    if reset_url:
+        (await client.post(reset_url)).raise_for_status()
+    start = time.perf_counter()
+    for body in bodies:
+        (await client.post(url.rstrip("/") + "/chat/completions", json=body)).raise_for_status()
+    return time.perf_counter() - start
+
+
+async def measure(url: str, pairs: int, max_tokens: int) -> dict[str, Any]:
+    reset_url = await probe_cache_reset(url)
+    async with httpx.AsyncClient(timeout=600) as client:
+        model = (await client.get(url.rstrip("/") + "/models")).json()["data"][0]["id"]
+        bodies = requests(model, max_tokens)
+        await one_run(client, url, bodies, reset_url)  # warm-up: weights, connections
+        runs: dict[str, list[float]] = {"A": [], "B": []}
+        for i in range(pairs):
+            for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
+                runs[side].append(await one_run(client, url, bodies, reset_url))
+                print(f"pair {i + 1}/{pairs} {side}: {runs[side][-1]:.2f} s", flush=True)
+    every = runs["A"] + runs["B"]
+    interval = stats.ratio_interval([a / b for a, b in zip(runs["A"], runs["B"], strict=True)])
+    return {"pairs": pairs, "max_tokens": max_tokens, "cache_reset": reset_url is not None, "runs": runs,
+            "median_s": statistics.median(every), "spread_slowest_over_fastest": max(every) / min(every),
+            "aa_ratio_interval": None if interval is None else interval.as_dict()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-n", "--pairs", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--out", default=None, help="results folder (default: $AYO_HOME/results)")
+    args = ap.parse_args(argv)
+    from ayo_core import serve_llm
+
+    given = bool(os.environ.get("AYO_LLM_URL"))
+    os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")  # a server we start can empty its prefix cache
+    with serve_llm(dtype=LLM_DTYPE) as url:
+        result = asyncio.run(measure(url, args.pairs, args.max_tokens))
+        result["provenance"] = provenance.collect(url, started_by_ayo=not given, dtype=LLM_DTYPE)
+    ci = result["aa_ratio_interval"]
+    print(f"A/A: median run {result['median_s']:.2f} s, slowest/fastest {result['spread_slowest_over_fastest']:.2f}; "
+          f"A/A ratio {ci['geomean']:.2f}x, 95 % interval {ci['ci95_low']:.2f}-{ci['ci95_high']:.2f} over {ci['n']} pairs")
+    out = Path(args.out) if args.out else default_results_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "noise_floor.json").write_text(json.dumps(result, indent=1))
+    print(f"wrote {out / 'noise_floor.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
