@@ -79,6 +79,9 @@ def test_latency_run_alternates_and_summarizes(capsys: pytest.CaptureFixture[str
     compare.print_latency("fake", s, "")
     printed = capsys.readouterr().out
     assert "busiest engine" in printed and "below 1: see the gap" in printed
+    ci = s["ratio_interval"]
+    assert ci["n"] == 6 and ci["ci95_low"] <= ci["geomean"] <= ci["ci95_high"]
+    assert f"95 % interval {ci['ci95_low']:.2f}x-{ci['ci95_high']:.2f}x over 6 pairs: {ci['verdict']}" in printed
     assert s["balanced_ratio"] == pytest.approx((s["median_ratio_stock_first"] * s["median_ratio_ayo_first"]) ** 0.5)
 
 
