@@ -6,10 +6,11 @@
 
 How numbers are made (DESIGN.md, "Benchmarks"): the engines start once (the vLLM
 server at ``$AYO_LLM_URL``, else one started by ``ayo_core.serve_llm``; the loopback
-search service as a subprocess), both apps warm up, then runs alternate on each
-question. The order flips every pair (stock-Ayo, Ayo-stock, ...) because both apps
-send the *same* prompts to one server and whoever runs second finds them in the
-prefix cache; flipping spreads that advantage evenly. Stock runs at its best
+search service as a subprocess), both apps warm up, then both run on each question, who
+goes first balanced over the pairs and in a seeded random order (``--seed``;
+:func:`ayo_bench.stats.first_sides` says why not a strict alternation): both apps send the
+*same* prompts to one server and whoever runs second would find them in the prefix cache
+(emptied before each run where the server allows), and drift hits both sides alike. Stock runs at its best
 settings (async paths: ``ainvoke``; LlamaIndex ``use_async=True``).
 
 Latency mode prints median of each, the median per-pair ratio (stock / Ayo), p95,
@@ -150,16 +151,18 @@ async def warm_up(pair: AppPair, sides: list[str], items: list[dict[str, Any]]) 
                 log.error("%s %s failed during warm-up: %r", pair.name, side, exc)
 
 
-async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
-    """Warm up, then alternate stock and Ayo over the questions (order flips each pair)."""
+async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: int, seed: int = 0) -> dict[str, Any]:
+    """Warm up, then run stock and Ayo on each question, who goes first balanced and in a seeded
+    random order (``stats.first_sides``: a strict alternation can alias with the machine)."""
     from tqdm import tqdm
 
     sides = ["stock"] + (["ayo"] if pair.ayo is not None else [])
     await warm_up(pair, sides, questions[:warmup])
     rows = []
+    firsts = stats.first_sides(len(questions), ("stock", "ayo"), seed)
     bar = tqdm(questions, desc=f"{pair.name} latency", unit="q", file=sys.stderr)
     for i, item in enumerate(bar):
-        order = sides if i % 2 == 0 else sides[::-1]
+        order = sides if firsts[i] == sides[0] else sides[::-1]
         row: dict[str, Any] = {"id": item["id"], "question": item["question"], "first": order[0]}
         calls: dict[str, tuple[tuple[float, float], Any]] = {}
         for side in order:
@@ -388,7 +391,7 @@ def _fmt(value: Any, unit: str = "s") -> str:
 
 
 def print_latency(name: str, s: dict[str, Any], ayo_missing: str) -> None:
-    print(f"\n== {name}: {s['n']} questions, alternating stock/Ayo ==")
+    print(f"\n== {name}: {s['n']} questions, stock and Ayo in pairs ==")
     print(f"  stock  median {_fmt(s['stock_median_s'])}  p95 {_fmt(s['stock_p95_s'])}")
     if ayo_missing or "ayo_median_s" not in s:
         print(f"  ayo    not measured: {ayo_missing or 'every optimized run failed (see the JSON)'}")
@@ -476,7 +479,7 @@ async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, m
         print_load(name, result["load"])
         stem = f"{name}-load"
     else:
-        result.update(await run_latency(pair, questions, args.warmup))
+        result.update(await run_latency(pair, questions, args.warmup, args.seed))
         print_latency(name, result["summary"], pair.ayo_missing)
         result["timeline"] = await record_timelines(pair, questions[0], out_dir / f"{name}.trace.json")
         stem = name
@@ -497,7 +500,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=0.5, help="load mode: Poisson arrival rate, queries/s")
     parser.add_argument("-n", type=int, default=None, help="questions per app (default: all 30)")
     parser.add_argument("--warmup", type=int, default=1, help="warm-up questions per app (not timed)")
-    parser.add_argument("--seed", type=int, default=0, help="load mode: seed of the arrival process")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the pairs' order (latency) or of the arrival process (load)")
     parser.add_argument("--max-tokens", type=int, default=64, help="LLM max_tokens of every app")
     parser.add_argument("--search-latency", type=float, default=None,
                         help="seconds per search request (default 0.3, or $AYO_SEARCH_LATENCY_S)")

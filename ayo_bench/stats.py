@@ -12,6 +12,7 @@ difference this run can show", and the README says so instead of calling 0.95x "
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from dataclasses import dataclass
 
@@ -62,3 +63,19 @@ def ratio_interval(ratios: list[float]) -> RatioInterval | None:
     mean = statistics.fmean(logs)
     half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return RatioInterval(len(logs), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
+def first_sides(n: int, sides: tuple[str, str], seed: int = 0) -> list[str]:
+    """Which side runs first in each of ``n`` pairs: as many pairs each way (one more at random when
+    ``n`` is odd), in a seeded random order.
+
+    Not a strict A B / B A alternation: that puts one side at runs 1, 4, 5, 8, ... and the other
+    at 2, 3, 6, 7, ..., and anything on the machine with a period of about four runs then reads
+    as a speed-up. Measured with ``benchmarks/noise_floor.py`` (identical requests on both sides):
+    strict alternation gave A/A ratios of 1.09x [1.02-1.18] and 1.09x [1.00-1.18] in two runs of
+    8 pairs, this order 0.99x [0.95-1.04].
+    """
+    rng = random.Random(seed)
+    firsts = [sides[0], sides[1]] * (n // 2) + ([rng.choice(sides)] if n % 2 else [])
+    rng.shuffle(firsts)
+    return firsts

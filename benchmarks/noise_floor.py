@@ -7,7 +7,7 @@ What a ratio from ``ayo compare`` can show depends on how much the very same wor
 machine. This sends one fixed sequence of chat requests (a short query-writing call, then an
 answer over a long prompt, ``max_tokens`` each, greedy, ``ignore_eos`` so every run decodes the
 same tokens) as two identical sides A and B, alternating A B / B A, with the server's prefix cache
-emptied before every run (as ``ayo compare`` does). There is no Ayo in it: each pair's ratio A/B
+emptied before every run and who goes first in a pair in ``ayo compare``'s order (``--order``). There is no Ayo in it: each pair's ratio A/B
 would be exactly 1.0 on a perfectly steady machine. Printed: every run's time, the spread
 (slowest / fastest run), and the A/A ratio's geometric mean with its 95 % interval
 (``ayo_bench.stats``), which is how wide an ``ayo compare`` interval with the same n is before Ayo
@@ -53,20 +53,21 @@ async def one_run(client: httpx.AsyncClient, url: str, bodies: list[dict[str, An
     return time.perf_counter() - start
 
 
-async def measure(url: str, pairs: int, max_tokens: int) -> dict[str, Any]:
+async def measure(url: str, pairs: int, max_tokens: int, order: str = "random", seed: int = 0) -> dict[str, Any]:
     reset_url = await probe_cache_reset(url)
     async with httpx.AsyncClient(timeout=600) as client:
         model = (await client.get(url.rstrip("/") + "/models")).json()["data"][0]["id"]
         bodies = requests(model, max_tokens)
         await one_run(client, url, bodies, reset_url)  # warm-up: weights, connections
         runs: dict[str, list[float]] = {"A": [], "B": []}
+        firsts = stats.first_sides(pairs, ("A", "B"), seed) if order == "random" else ["A", "B"] * pairs
         for i in range(pairs):
-            for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
+            for side in ("A", "B") if firsts[i] == "A" else ("B", "A"):
                 runs[side].append(await one_run(client, url, bodies, reset_url))
                 print(f"pair {i + 1}/{pairs} {side}: {runs[side][-1]:.2f} s", flush=True)
     every = runs["A"] + runs["B"]
     interval = stats.ratio_interval([a / b for a, b in zip(runs["A"], runs["B"], strict=True)])
-    return {"pairs": pairs, "max_tokens": max_tokens, "cache_reset": reset_url is not None, "runs": runs,
+    return {"pairs": pairs, "order": order, "seed": seed, "max_tokens": max_tokens, "cache_reset": reset_url is not None, "runs": runs,
             "median_s": statistics.median(every), "spread_slowest_over_fastest": max(every) / min(every),
             "aa_ratio_interval": None if interval is None else interval.as_dict()}
 
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", "--pairs", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--order", choices=["random", "alternate"], default="random",
+                    help="who runs first in each pair: ayo compare's balanced random order, or strict "
+                         "A B / B A alternation (the order ayo compare used before; see stats.first_sides)")
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="results folder (default: $AYO_HOME/results)")
     args = ap.parse_args(argv)
     from ayo_core import serve_llm
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     given = bool(os.environ.get("AYO_LLM_URL"))
     os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")  # a server we start can empty its prefix cache
     with serve_llm(dtype=LLM_DTYPE) as url:
-        result = asyncio.run(measure(url, args.pairs, args.max_tokens))
+        result = asyncio.run(measure(url, args.pairs, args.max_tokens, args.order, args.seed))
         result["provenance"] = provenance.collect(url, started_by_ayo=not given, dtype=LLM_DTYPE)
     ci = result["aa_ratio_interval"]
     print(f"A/A: median run {result['median_s']:.2f} s, slowest/fastest {result['spread_slowest_over_fastest']:.2f}; "

@@ -62,3 +62,12 @@ def test_t95_falls_back_to_the_normal_quantile_and_rejects_zero_degrees() -> Non
     assert stats.t95(200) == pytest.approx(1.96)
     with pytest.raises(ValueError, match="degree of freedom"):
         stats.t95(0)
+
+
+def test_who_goes_first_is_balanced_seeded_and_not_a_strict_alternation() -> None:
+    firsts = stats.first_sides(16, ("stock", "ayo"), seed=0)
+    assert firsts.count("stock") == firsts.count("ayo") == 8
+    assert firsts == stats.first_sides(16, ("stock", "ayo"), seed=0) != stats.first_sides(16, ("stock", "ayo"), seed=1)
+    assert firsts != ["stock", "ayo"] * 8 and firsts != ["ayo", "stock"] * 8
+    odd = stats.first_sides(5, ("a", "b"), seed=3)
+    assert len(odd) == 5 and abs(odd.count("a") - odd.count("b")) == 1
