@@ -73,7 +73,7 @@ def first_sides(n: int, sides: tuple[str, str], seed: int = 0) -> list[str]:
     at 2, 3, 6, 7, ..., and anything on the machine with a period of about four runs then reads
     as a speed-up. Measured with ``benchmarks/noise_floor.py`` (identical requests on both sides):
     strict alternation gave A/A ratios of 1.09x [1.02-1.18] and 1.09x [1.00-1.18] in two runs of
-    8 pairs, this order 0.99x [0.95-1.04] and 0.92x [0.84-1.01]: the machine's drift alone moves
+    8 pairs, this order 0.99x [0.95-1.04], 0.92x [0.84-1.01] and 1.00x [0.94-1.07]: the machine's drift alone moves
     an 8-pair A/A ratio by up to ~9 %, so the evidence against the alternation is weak; a random
     order simply cannot alias.
     """
