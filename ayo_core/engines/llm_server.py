@@ -114,16 +114,42 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-# Started instead of vLLM directly: asks Linux to SIGTERM the server when the
-# thread that started it dies without running atexit (SIGKILL, crash), then
-# execs vLLM. PR_SET_PDEATHSIG survives exec; a launcher avoids preexec_fn,
-# which is unsafe in a process that runs threads.
-_LAUNCHER = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"
-    "if os.getppid() != int(sys.argv[1]): sys.exit('ayo: parent exited before vLLM started')\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
-)
+# Started instead of vLLM directly, and stays as the process-group leader above it: Linux
+# SIGTERMs the launcher when the thread that started it dies without running atexit (SIGKILL,
+# crash: PR_SET_PDEATHSIG), and the launcher then stops the *whole* group: vLLM gets SIGTERM
+# and LAUNCHER_GRACE_S to shut down, then everything left (its engine-core and worker
+# processes, which vLLM does not always take down when its API process is signalled) gets
+# SIGKILL. Exec'ing vLLM in place, as before, left engine cores orphaned whenever the API
+# process died first. When vLLM exits on its own the launcher ends what is left of the group
+# and exits the same way, so restarts and error messages see vLLM's exit. A launcher rather
+# than preexec_fn, which is unsafe in a process that runs threads.
+LAUNCHER_GRACE_S = 10.0
+_LAUNCHER = f"""
+import ctypes, os, signal, subprocess, sys, time
+child = None
+def stop_group(signum, frame):
+    deadline = time.monotonic() + {LAUNCHER_GRACE_S}
+    if child is not None:
+        try:
+            os.kill(child.pid, signal.SIGTERM)
+            while time.monotonic() < deadline and os.waitpid(child.pid, os.WNOHANG) == (0, 0):
+                time.sleep(0.1)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, stop_group)
+ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("ayo: parent exited before vLLM started")
+child = subprocess.Popen([sys.executable, *sys.argv[2:]])
+code = child.wait()
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.killpg(0, signal.SIGTERM)
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
 
 
 class LLMServer:
