@@ -120,7 +120,7 @@ def _tail(path: Path, lines: int = 40) -> str:
 # and LAUNCHER_GRACE_S to shut down, then everything left (its engine-core and worker
 # processes, which vLLM does not always take down when its API process is signalled) gets
 # SIGKILL. Exec'ing vLLM in place, as before, left engine cores orphaned whenever the API
-# process died first. When vLLM exits on its own the launcher ends what is left of the group
+# process died first. ``LLMServer.vllm_pid()`` is vLLM's own process (the launcher's child). When vLLM exits on its own the launcher ends what is left of the group
 # and exits the same way, so restarts and error messages see vLLM's exit. A launcher rather
 # than preexec_fn, which is unsafe in a process that runs threads.
 LAUNCHER_GRACE_S = 10.0
@@ -141,12 +141,17 @@ signal.signal(signal.SIGTERM, stop_group)
 ctypes.CDLL(None).prctl(1, signal.SIGTERM)
 if os.getppid() != int(sys.argv[1]):
     sys.exit("ayo: parent exited before vLLM started")
-child = subprocess.Popen([sys.executable, *sys.argv[2:]])
+# vLLM too gets SIGTERM if this launcher is SIGKILLed (preexec_fn is safe here: no threads)
+child = subprocess.Popen([sys.executable, *sys.argv[2:]],
+                         preexec_fn=lambda: ctypes.CDLL(None).prctl(1, signal.SIGTERM))
 code = child.wait()
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 os.killpg(0, signal.SIGTERM)
-if code < 0:
-    signal.signal(-code, signal.SIG_DFL)
+if code < 0:  # end the way vLLM ended (SIGKILL has no handler to reset)
+    try:
+        signal.signal(-code, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
     os.kill(os.getpid(), -code)
 sys.exit(code)
 """
@@ -302,6 +307,18 @@ class LLMServer:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def vllm_pid(self) -> int | None:
+        """The pid of vLLM's API process: the launcher's child where a launcher runs, else the
+        process Ayo started (``proc.pid`` is the process group to stop either way)."""
+        proc = self.proc
+        if proc is None:
+            return None
+        try:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        return int(children[0]) if children else proc.pid
 
     def serving(self) -> bool:
         """Alive, or down and about to be restarted (restarts left, not stopped)."""
