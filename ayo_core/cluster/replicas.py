@@ -71,8 +71,10 @@ class LLMReplica:
         return self.server.base_url
 
     def server_pid(self) -> int:
-        assert self.server.proc is not None
-        return self.server.proc.pid
+        """vLLM's own API process (killing it is a vLLM crash; its launcher then ends the group)."""
+        pid = self.server.vllm_pid()
+        assert pid is not None
+        return pid
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

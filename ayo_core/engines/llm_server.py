@@ -114,16 +114,47 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-# Started instead of vLLM directly: asks Linux to SIGTERM the server when the
-# thread that started it dies without running atexit (SIGKILL, crash), then
-# execs vLLM. PR_SET_PDEATHSIG survives exec; a launcher avoids preexec_fn,
-# which is unsafe in a process that runs threads.
-_LAUNCHER = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"
-    "if os.getppid() != int(sys.argv[1]): sys.exit('ayo: parent exited before vLLM started')\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
-)
+# Started instead of vLLM directly, and stays as the process-group leader above it: Linux
+# SIGTERMs the launcher when the thread that started it dies without running atexit (SIGKILL,
+# crash: PR_SET_PDEATHSIG), and the launcher then stops the *whole* group: vLLM gets SIGTERM
+# and LAUNCHER_GRACE_S to shut down, then everything left (its engine-core and worker
+# processes, which vLLM does not always take down when its API process is signalled) gets
+# SIGKILL. Exec'ing vLLM in place, as before, left engine cores orphaned whenever the API
+# process died first. ``LLMServer.vllm_pid()`` is vLLM's own process (the launcher's child). When vLLM exits on its own the launcher ends what is left of the group
+# and exits the same way, so restarts and error messages see vLLM's exit. A launcher rather
+# than preexec_fn, which is unsafe in a process that runs threads.
+LAUNCHER_GRACE_S = 10.0
+_LAUNCHER = f"""
+import ctypes, os, signal, subprocess, sys, time
+child = None
+def stop_group(signum, frame):
+    deadline = time.monotonic() + {LAUNCHER_GRACE_S}
+    if child is not None:
+        try:
+            os.kill(child.pid, signal.SIGTERM)
+            while time.monotonic() < deadline and os.waitpid(child.pid, os.WNOHANG) == (0, 0):
+                time.sleep(0.1)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, stop_group)
+ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("ayo: parent exited before vLLM started")
+# vLLM too gets SIGTERM if this launcher is SIGKILLed (preexec_fn is safe here: no threads)
+child = subprocess.Popen([sys.executable, *sys.argv[2:]],
+                         preexec_fn=lambda: ctypes.CDLL(None).prctl(1, signal.SIGTERM))
+code = child.wait()
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.killpg(0, signal.SIGTERM)
+if code < 0:  # end the way vLLM ended (SIGKILL has no handler to reset)
+    try:
+        signal.signal(-code, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
 
 
 class LLMServer:
@@ -276,6 +307,18 @@ class LLMServer:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def vllm_pid(self) -> int | None:
+        """The pid of vLLM's API process: the launcher's child where a launcher runs, else the
+        process Ayo started (``proc.pid`` is the process group to stop either way)."""
+        proc = self.proc
+        if proc is None:
+            return None
+        try:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        return int(children[0]) if children else proc.pid
 
     def serving(self) -> bool:
         """Alive, or down and about to be restarted (restarts left, not stopped)."""

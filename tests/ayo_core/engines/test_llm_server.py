@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ayo_core.engines import llm_server
-from ayo_core.engines.llm_server import LLMServerError, serve_llm
+from ayo_core.engines.llm_server import LLMServer, LLMServerError, find_vllm_python, free_port, serve_llm
 
 FAKE_SERVER = textwrap.dedent('''
     import http.server, os, subprocess, sys
@@ -114,7 +114,8 @@ def test_startup_failure_reports_the_log_tail(fake_vllm, monkeypatch):
 
 
 def test_server_dies_with_a_killed_parent(fake_vllm, tmp_path):
-    """SIGKILL skips atexit; the launcher's parent-death signal still stops the server."""
+    """SIGKILL skips atexit; the launcher's parent-death signal still stops the server *and* its
+    engine core (the fake's child: it ignores its parent's death, as a real engine core may)."""
     script = textwrap.dedent(f'''
         import time
         from ayo_core.engines.llm_server import serve_llm
@@ -129,12 +130,38 @@ def test_server_dies_with_a_killed_parent(fake_vllm, tmp_path):
         server_pid, child_pid = _pids(fake_vllm["pids"])
         parent.kill()
         parent.wait()
-        assert _gone([server_pid])
+        assert _gone([server_pid, child_pid]), "the engine core outlived the killed parent"
     finally:
         parent.kill()
         for pid in _pids(fake_vllm["pids"]):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_dead_api_process_takes_its_engine_core_with_it(fake_vllm):
+    """The launcher stays above vLLM: when the API process dies (here SIGKILL, as an OOM kill would)
+    the launcher ends the rest of the group and exits the way vLLM did."""
+    server = LLMServer(fake_vllm["model"], free_port(), python=find_vllm_python(), max_restarts=0)
+    server.start(timeout=60)
+    try:
+        api_pid, engine_core_pid = _pids(fake_vllm["pids"])
+        assert server.vllm_pid() == api_pid != server.proc.pid  # the launcher is the group leader
+        os.kill(api_pid, signal.SIGKILL)
+        assert _gone([api_pid, engine_core_pid]), "the engine core outlived its API process"
+        assert server.proc.wait(timeout=20) == -signal.SIGKILL
+    finally:
+        server.stop()
+
+
+def test_a_killed_launcher_still_stops_vllm(fake_vllm):
+    server = LLMServer(fake_vllm["model"], free_port(), python=find_vllm_python(), max_restarts=0)
+    server.start(timeout=60)
+    try:
+        api_pid = _pids(fake_vllm["pids"])[0]
+        os.kill(server.proc.pid, signal.SIGKILL)  # nothing left to run the launcher's own cleanup
+        assert _gone([api_pid]), "vLLM outlived its killed launcher"
+    finally:
+        server.stop()
 
 
 def test_busy_port_names_the_port_and_the_fix(monkeypatch):
