@@ -149,6 +149,30 @@ def _hit_rate(llm: ClusterLLMEngine) -> float:
     return sum(x.cached_tokens for x in loads) / prompt if prompt else 0.0
 
 
+async def one_alone(build: Callable[[str], Any], system: str) -> float:
+    """One query of a shape on one idle replica set: its latency with no load at all."""
+    engines, _ = make_engines(system, 1, 1)
+    inputs = example_inputs("question 3 about topic 1", n_chunks=N_CHUNKS)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    if system == "stock_rr":
+        await reference_run(build("q"), inputs, engines, inline_sync=True)
+    else:
+        await Runtime(engines, policy="critical_path", inline_sync=True).run(optimize_graph(build("q")), inputs)
+    return loop.time() - start
+
+
+def zero_load() -> dict[str, dict[str, float]]:
+    """Each shape of the mix alone, stock vs Ayo: the floor under any p95 a scheduler can reach (the mix's
+    p95 cannot drop below its slowest frequent shape's zero-load latency)."""
+    out = {}
+    for (weight, build), name in zip(MIX, ("naive_rag", "advanced_rag", "tree_summarize", "dynamic"), strict=True):
+        stock = run_virtual(lambda b=build: one_alone(b, "stock_rr"))
+        ayo = run_virtual(lambda b=build: one_alone(b, "ayo_rr"))
+        out[name] = {"weight": weight, "stock_s": stock, "ayo_s": ayo}
+    return out
+
+
 def scheduling_cost(replicas: list[int], n: int, seed: int, qps_per_replica: float) -> dict[int, Any]:
     """Real CPU ms per query in Ayo's engine schedulers (policy ordering, batching, routing), by
     replica count, at 70 % load scaled with the replicas."""
@@ -171,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = ap.parse_args(argv)
+    floors = zero_load()
+    for name, f in floors.items():
+        print(f"zero load, {name:<15} (weight {f['weight']:.2f}): stock {f['stock_s']:.2f} s, Ayo {f['ayo_s']:.2f} s "
+              f"({f['stock_s'] / f['ayo_s']:.2f}x)")
     jobs = make_jobs(args.queries, args.seed)
     # Saturation: a closed-loop burst deep enough (~8 queries per LLM batch slot) that the replicas
     # run full batches for most of the makespan.
@@ -196,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scheduling cost, {r:>2} replicas: {c['scheduling_ms_per_query']:.3f} ms/query "
               f"(all simulation CPU: {c['total_cpu_ms_per_query']:.1f} ms/query)")
     print(json.dumps(summary, indent=1))
-    save(args, capacity, rows, summary, cost)
+    save(args, capacity, rows, summary, cost, floors)
     return 0
 
 
@@ -213,7 +241,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def save(args: argparse.Namespace, capacity: float, rows: list, summary: dict, cost: dict) -> None:
+def save(args: argparse.Namespace, capacity: float, rows: list, summary: dict, cost: dict,
+         floors: dict | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -221,7 +250,8 @@ def save(args: argparse.Namespace, capacity: float, rows: list, summary: dict, c
                            "engines": "fake (virtual clock), 7B/A100 latency model stated in the script",
                            "queries": args.queries, "llm_replicas": args.llm_replicas,
                            "embed_replicas": args.embed_replicas},
-            "stock_saturation_qps": capacity, "rows": rows, "summary": summary, "scheduling_cost": cost}
+            "stock_saturation_qps": capacity, "rows": rows, "summary": summary, "scheduling_cost": cost,
+            "zero_load": floors}
     (out / "simulate_cluster.json").write_text(json.dumps(data, indent=1))
     import matplotlib
 
