@@ -10,8 +10,8 @@ search service as a subprocess), both apps warm up, then both run on each questi
 goes first balanced over the pairs and in a seeded random order (``--seed``;
 :func:`ayo_bench.stats.first_sides` says why not a strict alternation): both apps send the
 *same* prompts to one server and whoever runs second would find them in the prefix cache
-(emptied before each run where the server allows), and drift hits both sides alike. Stock runs at its best
-settings (async paths: ``ainvoke``; LlamaIndex ``use_async=True``).
+(emptied before each run where the server allows), and drift hits both sides alike.
+Stock runs at its best settings (async paths: ``ainvoke``; LlamaIndex ``use_async=True``).
 
 Latency mode prints median of each, the median per-pair ratio (stock / Ayo), p95,
 whether every answer was identical, and per call (:mod:`ayo_bench.bound`): two lower bounds

@@ -1,7 +1,7 @@
 """How sure a measured speed-up is: a confidence interval for the per-pair ratio.
 
-``ayo compare`` measures a few questions per app, alternating stock and Ayo, so each question
-gives one ratio stock/Ayo. On a shared 2-core machine the same requests take ±10-15 % longer
+``ayo compare`` runs stock and Ayo on each of a few questions per app, so each question gives
+one ratio stock/Ayo. On a shared 2-core machine the same requests take ±10-15 % longer
 or shorter from one minute to the next (``benchmarks/noise_floor.py`` measures it), so a median
 of four ratios cannot tell 0.95x from 1.0x. The interval here can: a two-sided Student-t
 interval on the mean of the log-ratios (ratios multiply, so their logs are what averages),
@@ -73,9 +73,9 @@ def first_sides(n: int, sides: tuple[str, str], seed: int = 0) -> list[str]:
     at 2, 3, 6, 7, ..., and anything on the machine with a period of about four runs then reads
     as a speed-up. Measured with ``benchmarks/noise_floor.py`` (identical requests on both sides):
     strict alternation gave A/A ratios of 1.09x [1.02-1.18] and 1.09x [1.00-1.18] in two runs of
-    8 pairs, this order 0.99x [0.95-1.04], 0.92x [0.84-1.01] and 1.00x [0.94-1.07]: the machine's drift alone moves
-    an 8-pair A/A ratio by up to ~9 %, so the evidence against the alternation is weak; a random
-    order simply cannot alias.
+    8 pairs, this order 0.99x [0.95-1.04], 0.92x [0.84-1.01] and 1.00x [0.94-1.07]: the machine's
+    drift alone moves an 8-pair A/A ratio by up to ~9 %, so the evidence against the alternation
+    is weak; a random order simply cannot alias.
     """
     rng = random.Random(seed)
     firsts = [sides[0], sides[1]] * (n // 2) + ([rng.choice(sides)] if n % 2 else [])

@@ -6,9 +6,10 @@
 What a ratio from ``ayo compare`` can show depends on how much the very same work varies on this
 machine. This sends one fixed sequence of chat requests (a short query-writing call, then an
 answer over a long prompt, ``max_tokens`` each, greedy, ``ignore_eos`` so every run decodes the
-same tokens) as two identical sides A and B, alternating A B / B A, with the server's prefix cache
-emptied before every run and who goes first in a pair in ``ayo compare``'s order (``--order``). There is no Ayo in it: each pair's ratio A/B
-would be exactly 1.0 on a perfectly steady machine. Printed: every run's time, the spread
+same tokens) as two identical sides A and B, with the server's prefix cache emptied before every
+run and who goes first in a pair drawn as ``ayo compare`` draws it (``--order alternate``: strict
+A B / B A instead). There is no Ayo in it: each pair's ratio A/B would be exactly 1.0 on a
+perfectly steady machine. Printed: every run's time, the spread
 (slowest / fastest run), and the A/A ratio's geometric mean with its 95 % interval
 (``ayo_bench.stats``), which is how wide an ``ayo compare`` interval with the same n is before Ayo
 changes anything. The JSON (with provenance) goes to ``--out`` (default ``$AYO_HOME/results``).
@@ -60,14 +61,16 @@ async def measure(url: str, pairs: int, max_tokens: int, order: str = "random", 
         bodies = requests(model, max_tokens)
         await one_run(client, url, bodies, reset_url)  # warm-up: weights, connections
         runs: dict[str, list[float]] = {"A": [], "B": []}
-        firsts = stats.first_sides(pairs, ("A", "B"), seed) if order == "random" else ["A", "B"] * pairs
+        firsts = (stats.first_sides(pairs, ("A", "B"), seed) if order == "random"
+                  else [("A", "B")[i % 2] for i in range(pairs)])
         for i in range(pairs):
             for side in ("A", "B") if firsts[i] == "A" else ("B", "A"):
                 runs[side].append(await one_run(client, url, bodies, reset_url))
                 print(f"pair {i + 1}/{pairs} {side}: {runs[side][-1]:.2f} s", flush=True)
     every = runs["A"] + runs["B"]
     interval = stats.ratio_interval([a / b for a, b in zip(runs["A"], runs["B"], strict=True)])
-    return {"pairs": pairs, "order": order, "seed": seed, "max_tokens": max_tokens, "cache_reset": reset_url is not None, "runs": runs,
+    return {"pairs": pairs, "order": order, "seed": seed, "max_tokens": max_tokens,
+            "cache_reset": reset_url is not None, "runs": runs,
             "median_s": statistics.median(every), "spread_slowest_over_fastest": max(every) / min(every),
             "aa_ratio_interval": None if interval is None else interval.as_dict()}
 

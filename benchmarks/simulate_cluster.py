@@ -65,11 +65,11 @@ LOADS = (0.5, 0.7, 0.9)
 N_CHUNKS = 16
 
 # The mix: (weight, graph builder). Shapes of the five apps' graphs (see templates/examples).
-MIX: list[tuple[float, Callable[[str], Any]]] = [
-    (0.4, lambda q: naive_rag_graph(q, n_chunks=N_CHUNKS)),
-    (0.25, lambda q: advanced_rag_graph(q, n_chunks=N_CHUNKS)),
-    (0.15, lambda q: tree_summarize_graph(q, n_chunks=N_CHUNKS)),
-    (0.2, lambda q: dynamic_graph(q, n_chunks=N_CHUNKS)),
+MIX: list[tuple[float, str, Callable[[str], Any]]] = [
+    (0.4, "naive_rag", lambda q: naive_rag_graph(q, n_chunks=N_CHUNKS)),
+    (0.25, "advanced_rag", lambda q: advanced_rag_graph(q, n_chunks=N_CHUNKS)),
+    (0.15, "tree_summarize", lambda q: tree_summarize_graph(q, n_chunks=N_CHUNKS)),
+    (0.2, "dynamic", lambda q: dynamic_graph(q, n_chunks=N_CHUNKS)),
 ]
 
 
@@ -93,14 +93,24 @@ def make_engines(system: str, llm_replicas: int, embed_replicas: int) -> tuple[E
 
 def make_jobs(n: int, seed: int) -> list[tuple[Any, dict]]:
     rng = random.Random(seed)
-    weights = [w for w, _ in MIX]
+    weights = [w for w, _, _ in MIX]
     jobs = []
     for i in range(n):
-        _, build = rng.choices(MIX, weights)[0]
+        _, _, build = rng.choices(MIX, weights)[0]
         # a few popular questions recur (shared prefixes across queries, as in real traffic)
         question = f"question {rng.randrange(50)} about topic {rng.randrange(5)}"
         jobs.append((build(f"q{i}"), example_inputs(question, n_chunks=N_CHUNKS)))
     return jobs
+
+
+async def run_query(system: str, graph: Any, inputs: dict, engines: Engines, rt: Runtime) -> float:
+    """One query as ``system`` sends it (stock: the unoptimized graph, one call after the other; Ayo:
+    optimized, on ``rt``); returns Ayo's scheduling CPU seconds for it (0 for stock)."""
+    if system == "stock_rr":
+        await reference_run(graph, inputs, engines, inline_sync=True)
+        return 0.0
+    _, trace = await rt.run(optimize_graph(graph), inputs)
+    return trace.overhead.get("scheduling", 0.0)
 
 
 async def run_system(system: str, jobs: list[tuple[Any, dict]], rate: float | None, llm_replicas: int,
@@ -122,11 +132,7 @@ async def run_system(system: str, jobs: list[tuple[Any, dict]], rate: float | No
         nonlocal sched_cpu
         await asyncio.sleep(max(0.0, at - (loop.time() - t0)))
         start = loop.time()
-        if system == "stock_rr":
-            await reference_run(graph, inputs, engines, inline_sync=True)
-        else:
-            _, trace = await rt.run(optimize_graph(graph), inputs)
-            sched_cpu += trace.overhead.get("scheduling", 0.0)
+        sched_cpu += await run_query(system, graph, inputs, engines, rt)
         latencies.append(loop.time() - start)
 
     at, tasks = 0.0, []
@@ -155,10 +161,7 @@ async def one_alone(build: Callable[[str], Any], system: str) -> float:
     inputs = example_inputs("question 3 about topic 1", n_chunks=N_CHUNKS)
     loop = asyncio.get_running_loop()
     start = loop.time()
-    if system == "stock_rr":
-        await reference_run(build("q"), inputs, engines, inline_sync=True)
-    else:
-        await Runtime(engines, policy="critical_path", inline_sync=True).run(optimize_graph(build("q")), inputs)
+    await run_query(system, build("q"), inputs, engines, Runtime(engines, policy="critical_path", inline_sync=True))
     return loop.time() - start
 
 
@@ -166,7 +169,7 @@ def zero_load() -> dict[str, dict[str, float]]:
     """Each shape of the mix alone, stock vs Ayo: the floor under any p95 a scheduler can reach (the mix's
     p95 cannot drop below its slowest frequent shape's zero-load latency)."""
     out = {}
-    for (weight, build), name in zip(MIX, ("naive_rag", "advanced_rag", "tree_summarize", "dynamic"), strict=True):
+    for weight, name, build in MIX:
         stock = run_virtual(lambda b=build: one_alone(b, "stock_rr"))
         ayo = run_virtual(lambda b=build: one_alone(b, "ayo_rr"))
         out[name] = {"weight": weight, "stock_s": stock, "ayo_s": ayo}

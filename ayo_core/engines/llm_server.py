@@ -114,15 +114,16 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-# Started instead of vLLM directly, and stays as the process-group leader above it: Linux
-# SIGTERMs the launcher when the thread that started it dies without running atexit (SIGKILL,
-# crash: PR_SET_PDEATHSIG), and the launcher then stops the *whole* group: vLLM gets SIGTERM
-# and LAUNCHER_GRACE_S to shut down, then everything left (its engine-core and worker
-# processes, which vLLM does not always take down when its API process is signalled) gets
-# SIGKILL. Exec'ing vLLM in place, as before, left engine cores orphaned whenever the API
-# process died first. ``LLMServer.vllm_pid()`` is vLLM's own process (the launcher's child). When vLLM exits on its own the launcher ends what is left of the group
-# and exits the same way, so restarts and error messages see vLLM's exit. A launcher rather
-# than preexec_fn, which is unsafe in a process that runs threads.
+# Started instead of vLLM directly, and stays as the process-group leader above it
+# (``LLMServer.vllm_pid()`` is vLLM's own process, the launcher's child). Linux SIGTERMs the
+# launcher when the thread that started it dies without running atexit (SIGKILL, crash:
+# PR_SET_PDEATHSIG); the launcher then stops the *whole* group: vLLM gets SIGTERM and
+# LAUNCHER_GRACE_S to shut down, then everything left (its engine-core and worker processes,
+# which vLLM does not always take down when its API process is signalled) gets SIGKILL.
+# Exec'ing vLLM in place, as before, left engine cores orphaned whenever the API process died
+# first. When vLLM exits on its own the launcher ends what is left of the group and exits the
+# same way, so restarts and error messages see vLLM's exit. A launcher rather than
+# preexec_fn, which is unsafe in a process that runs threads.
 LAUNCHER_GRACE_S = 10.0
 _LAUNCHER = f"""
 import ctypes, os, signal, subprocess, sys, time
