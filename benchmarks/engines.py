@@ -117,9 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embed-threads", type=int, default=1, help="EmbeddingEngine torch_threads (default 1)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON line to this file")
     args = parser.parse_args(argv)
+    from ayo_bench import provenance
+
     figures: dict[str, Any] = {"machine_cores": os.cpu_count()}
+    given = bool(os.environ.get("AYO_LLM_URL"))  # serve_llm yields it as is
     with serve_llm(dtype="float32") as url:
         figures["llm_url"] = url
+        figures["provenance"] = provenance.collect(url, started_by_ayo=not given, dtype="float32")
         figures.update(asyncio.run(llm_figures(LLMEngine(url), args.repeats, args.prompt_words, args.decode_tokens)))
     figures.update(embedding_figures(args.repeats, args.chunks, args.embed_threads))
     figures.update(chroma_figures())

@@ -11,8 +11,8 @@ Two chains, written as plain LangChain (LCEL) code over the stdlib-docstring cor
 * ``multiquery``: the same with ``MultiQueryRetriever.from_llm(retriever, llm)``.
 
 Both sides use the same vLLM server (``$AYO_LLM_URL``, else one started by
-``serve_llm``) in the same process lifetime. After a warm-up, runs alternate and the
-order flips every pair (stock-Ayo, Ayo-stock, ...). Both sides answer the same
+``serve_llm``) in the same process lifetime. After a warm-up, stock and Ayo run in pairs;
+who goes first is balanced, in a seeded random order. Both sides answer the same
 question, but under different vLLM ``cache_salt`` values (``extra_body`` of the
 ChatOpenAI, the only difference between the two chains): otherwise whoever runs second
 would find the whole prompt in the prefix cache and win by that alone. Each side keeps
@@ -20,11 +20,13 @@ its own warm system prompt, as a deployed app would; each question is new to bot
 ``ainvoke`` for one query, ``abatch(..., config={"max_concurrency": N})`` for a batch
 (vLLM batches concurrent requests itself).
 
-Printed: medians, the median per-pair ratio (stock / Ayo), whether outputs matched,
-and efficiency = critical-path bound (from Ayo's trace: the longest chain of measured
-node durations) / Ayo's latency, plus where the time goes (stage breakdown of Ayo's
-trace; for stock, LLM and retriever time from callbacks). Results go to
-``benchmarks/results/langchain_configs.json``.
+Printed: medians, the median per-pair ratio (stock / Ayo) and the geometric mean with its
+95 % interval and verdict (:mod:`ayo_bench.stats`), whether outputs matched, and efficiency =
+the busiest engine's busy time over the call (the union of its request intervals in Ayo's
+traces: a bound on any schedule, :mod:`ayo_bench.bound`) / Ayo's latency, plus where the time
+goes (stage breakdown of Ayo's trace; for stock, LLM and retriever time from callbacks).
+Results (with provenance) go to ``$AYO_HOME/results/langchain_configs.json``; the committed
+ones are written on purpose with ``--out benchmarks/results/langchain_configs.json``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,12 @@ for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("
 
 from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 
-RESULTS = REPO / "benchmarks" / "results" / "langchain_configs.json"
+from ayo_bench import provenance, stats  # noqa: E402
+from ayo_bench.bound import QueryWork, busiest_engine_bound  # noqa: E402
+from ayo_core.models import ayo_home  # noqa: E402
+
+RESULTS = ayo_home() / "results" / "langchain_configs.json"
+COMMITTED = REPO / "benchmarks" / "results" / "langchain_configs.json"
 SYSTEM = ("You are an assistant for question-answering tasks about the Python standard library. Use the following "
           "pieces of retrieved context to answer the question. If you don't know the answer, just say that you "
           "don't know. Use three sentences maximum and keep the answer concise.")
@@ -171,21 +178,29 @@ def _union(intervals: list[tuple[float, float]]) -> float:
 
 
 # ---- measuring ---------------------------------------------------------------------------
-async def timed(coro: Any) -> tuple[float, Any]:
-    t0 = time.perf_counter()
+async def timed(coro: Any) -> tuple[float, Any, tuple[float, float]]:
+    """Seconds, value, and the call as a ``time.monotonic()`` interval (the clock of Ayo's traces)."""
+    t0, m0 = time.perf_counter(), time.monotonic()
     out = await coro
-    return time.perf_counter() - t0, out
+    return time.perf_counter() - t0, out, (m0, time.monotonic())
 
 
-def trace_figures(traces: list[Any], wall: float) -> dict[str, Any]:
-    """Critical-path bound (longest per-query bound), efficiency, stage breakdown summed over queries."""
-    bound = max(t.critical_path_bound() for t in traces)
+def trace_figures(traces: list[Any], call: tuple[float, float]) -> dict[str, Any]:
+    """The busiest engine's busy time over the call (the union of its request intervals in every
+    query's trace: a bound on any schedule of the same work, not Ayo's own critical path),
+    efficiency = that / the call's latency, and the stage breakdown summed over queries."""
+    engines: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for t in traces:
+        for c in t.engine_calls:
+            engines[str(c.engine)].append((c.start, c.end))
+    report = busiest_engine_bound(QueryWork(call=call, engines=dict(engines)))
     stages: dict[str, float] = defaultdict(float)
     for t in traces:
         for op, row in t.stage_breakdown().items():
             stages[op] += row["wall"]
     overhead = sum(sum(t.overhead.values()) for t in traces)
-    return {"bound_s": round(bound, 3), "efficiency": round(bound / wall, 3) if wall else None,
+    return {"bound_s": round(report.busy_s, 3), "busiest_engine": report.busiest_engine,
+            "efficiency": round(report.efficiency, 3) if report.latency_s else None,
             "stages_wall_s": {k: round(v, 3) for k, v in sorted(stages.items())}, "overhead_s": round(overhead, 4)}
 
 
@@ -193,23 +208,23 @@ async def run_pair(stock: Any, fast: Any, inputs: list[str], stock_first: bool, 
     timer = StageTimer()
     single = len(inputs) == 1
 
-    async def run_stock() -> tuple[float, Any]:
+    async def run_stock() -> tuple[float, Any, tuple[float, float]]:
         if single:
             return await timed(stock.ainvoke(inputs[0], config={"callbacks": [timer]}))
         return await timed(stock.abatch(inputs, config={"max_concurrency": concurrency, "callbacks": [timer]}))
 
-    async def run_fast() -> tuple[float, Any]:
+    async def run_fast() -> tuple[float, Any, tuple[float, float]]:
         if single:
             return await timed(fast.ainvoke(inputs[0]))
         return await timed(fast.abatch(inputs, config={"max_concurrency": concurrency}))
 
     if stock_first:
-        (s_t, s_out), (a_t, a_out) = await run_stock(), await run_fast()
+        (s_t, s_out, _), (a_t, a_out, a_call) = await run_stock(), await run_fast()
     else:
-        (a_t, a_out), (s_t, s_out) = await run_fast(), await run_stock()
+        (a_t, a_out, a_call), (s_t, s_out, _) = await run_fast(), await run_stock()
     return {"first": "stock" if stock_first else "ayo", "stock_s": round(s_t, 3), "ayo_s": round(a_t, 3),
             "ratio": round(s_t / a_t, 3), "identical": s_out == a_out,
-            "stock_stages_s": timer.breakdown(), "ayo": trace_figures(list(fast.last_traces), a_t)}
+            "stock_stages_s": timer.breakdown(), "ayo": trace_figures(list(fast.last_traces), a_call)}
 
 
 def summarize(pairs: list[dict[str, Any]], batch: int) -> dict[str, Any]:
@@ -217,12 +232,18 @@ def summarize(pairs: list[dict[str, Any]], batch: int) -> dict[str, Any]:
     out = {"pairs": len(pairs), "stock_median_s": round(med(p["stock_s"] for p in pairs), 3),
            "ayo_median_s": round(med(p["ayo_s"] for p in pairs), 3),
            "median_ratio": round(med(p["ratio"] for p in pairs), 3),
+           "ratio_interval": _interval([p["ratio"] for p in pairs]),
            "all_identical": all(p["identical"] for p in pairs if p["identical"] is not None),
            "efficiency_median": round(med(p["ayo"]["efficiency"] for p in pairs), 3)}
     if batch > 1:
         out["stock_throughput_qps"] = round(batch / out["stock_median_s"], 3)
         out["ayo_throughput_qps"] = round(batch / out["ayo_median_s"], 3)
     return out
+
+
+def _interval(ratios: list[float]) -> dict[str, Any] | None:
+    ci = stats.ratio_interval(ratios)
+    return None if ci is None else ci.as_dict()
 
 
 async def bench_chain(name: str, stock: Any, fast: Any, qs: list[str], pairs: int, batch: int) -> dict[str, Any]:
@@ -237,16 +258,20 @@ async def bench_chain(name: str, stock: Any, fast: Any, qs: list[str], pairs: in
         return qs[cursor - n:cursor]
 
     single = []
+    # who goes first: balanced, in a seeded random order (ayo_bench.stats.first_sides)
+    firsts = stats.first_sides(pairs, ("stock", "ayo"), seed=len(name))
     for i in range(pairs):
-        pair = await run_pair(stock, fast, take(1), stock_first=i % 2 == 0, concurrency=1)
+        pair = await run_pair(stock, fast, take(1), stock_first=firsts[i] == "stock", concurrency=1)
         single.append(pair)
         print(f"  {name} single #{i}: stock {pair['stock_s']:.2f}s ayo {pair['ayo_s']:.2f}s "
               f"ratio {pair['ratio']:.2f} identical={pair['identical']} eff={pair['ayo']['efficiency']}", flush=True)
     result["single"] = {"summary": summarize(single, 1), "runs": single}
     if batch > 1:
         runs = []
-        for i in range(max(2, pairs // 2)):
-            pair = await run_pair(stock, fast, take(batch), stock_first=i % 2 == 0, concurrency=batch)
+        n_batches = max(2, pairs // 2)
+        firsts = stats.first_sides(n_batches, ("stock", "ayo"), seed=len(name) + 1)
+        for i in range(n_batches):
+            pair = await run_pair(stock, fast, take(batch), stock_first=firsts[i] == "stock", concurrency=batch)
             runs.append(pair)
             print(f"  {name} batch{batch} #{i}: stock {pair['stock_s']:.2f}s ayo {pair['ayo_s']:.2f}s "
                   f"ratio {pair['ratio']:.2f} identical={pair['identical']}", flush=True)
@@ -262,7 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=4, help="documents per retrieval (MultiQuery: k-1 per query)")
     ap.add_argument("--docs", type=int, default=400, help="corpus documents in the index")
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--out", default=str(RESULTS),
+                    help=f"results file (default: %(default)s; committed: {COMMITTED.relative_to(REPO)})")
     args = ap.parse_args(argv)
 
     import ayo_langchain
@@ -278,7 +304,9 @@ def main(argv: list[str] | None = None) -> None:
         ayo_chains = build_chains(llm_url, vs, args.max_tokens, args.k, salt="ayo")
         need = 1 + args.pairs + max(2, args.pairs // 2) * max(args.batch, 0)
         qs = questions(need * len(names), args.docs)
-        report: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        given = bool(os.environ.get("AYO_LLM_URL"))  # serve_llm yields it as is
+        report: dict[str, Any] = {"provenance": provenance.collect(llm_url, started_by_ayo=not given, dtype="float32"),
+                                  "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                                   "command": " ".join(["benchmarks/langchain_configs.py", *(argv or sys.argv[1:])]),
                                   "llm_url": llm_url, "max_tokens": args.max_tokens, "k": args.k, "docs": args.docs,
                                   "cores": os.cpu_count(), "chains": {}}
@@ -299,12 +327,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"\n{'chain':12s} {'mode':8s} {'stock':>8s} {'ayo':>8s} {'ratio':>6s} {'eff':>5s} identical")
+    print(f"\n{'chain':12s} {'mode':8s} {'stock':>8s} {'ayo':>8s} {'ratio':>6s} {'geomean [95 %]':>22s} "
+          f"{'eff':>5s} identical")
     for name, res in report["chains"].items():
         for mode, block in res.items():
             s = block["summary"]
+            ci = s["ratio_interval"]
+            interval = f"{ci['geomean']:.2f} [{ci['ci95_low']:.2f}-{ci['ci95_high']:.2f}]" if ci else "-"
             print(f"{name:12s} {mode:8s} {s['stock_median_s']:8.2f} {s['ayo_median_s']:8.2f} "
-                  f"{s['median_ratio']:6.2f} {s['efficiency_median']:5.2f} {s['all_identical']}")
+                  f"{s['median_ratio']:6.2f} {interval:>22s} {s['efficiency_median']:5.2f} {s['all_identical']}"
+                  + (f" ({ci['verdict']})" if ci else ""))
 
 
 if __name__ == "__main__":

@@ -26,14 +26,14 @@ plain ``query()`` (the ``docqa*`` configs without ``_async``: the default users 
 so) runs in a worker thread, an ``async def`` one is awaited; the optimized one runs through
 ``acall``. Same vLLM server (``$AYO_LLM_URL``, else one started by ``serve_llm``), same process.
 After a warm-up, each pair runs the *same* question on both sides (same prompts, same answer
-lengths) and the order flips every pair. When the server runs in dev mode its prefix cache is
+lengths); who goes first is balanced, in a seeded random order. When the server runs in dev mode its prefix cache is
 emptied before every timed run; otherwise whoever runs second finds the question's prompts
 cached, and the balanced ratio (the geometric mean of the median ratio with stock first and
 with Ayo first) cancels that. Each doc-QA question
 comes with its documents padded to ``--docs`` documents of the same modules.
 
 Printed per configuration: median latency of each side, the median per-pair ratio (stock /
-Ayo), efficiency = the busiest engine's busy time in Ayo's run / Ayo's latency
+Ayo) and the geometric mean with its 95 % interval and verdict (:mod:`ayo_bench.stats`), efficiency = the busiest engine's busy time in Ayo's run / Ayo's latency
 (:mod:`ayo_bench.bound`: a bound on any schedule, not Ayo's own critical path), where Ayo's
 time goes (trace stage breakdown, busy seconds per op) and where stock's time goes (LLM and
 embedding seconds from LlamaIndex's instrumentation). Results (with provenance):
@@ -66,7 +66,7 @@ for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("
                       ("TOKENIZERS_PARALLELISM", "false")):
     os.environ.setdefault(_name, _value)
 
-from ayo_bench import provenance  # noqa: E402 - after the environment defaults above
+from ayo_bench import provenance, stats  # noqa: E402 - after the environment defaults above
 from ayo_bench.bound import busiest_engine_bound, work_from_trace  # noqa: E402
 from ayo_core.models import ayo_home  # noqa: E402
 
@@ -225,7 +225,7 @@ async def probe_cache_reset(llm_url: str) -> str | None:
     try:
         await reset_prefix_cache(url)
         return url
-    except Exception:  # noqa: BLE001 - no dev mode: fall back to flipping the order
+    except Exception:  # noqa: BLE001 - no dev mode: the balanced order cancels the cache
         return None
 
 
@@ -236,9 +236,12 @@ async def bench(name: str, stock: Side, fast: Side, items: list[dict[str, Any]],
         await fast.run(item)
     rows = []
     qs = items[2:]
+    # who goes first: balanced, in a seeded random order (ayo_bench.stats.first_sides: a strict
+    # alternation can alias with anything periodic on the machine)
+    firsts = stats.first_sides(pairs, ("stock", "ayo"), seed=len(name))
     for i in range(pairs):
         item = qs[i % len(qs)]
-        order = [stock, fast] if i % 2 == 0 else [fast, stock]
+        order = [stock, fast] if firsts[i] == "stock" else [fast, stock]
         row: dict[str, Any] = {"question": item["question"], "first": order[0].name}
         for side in order:
             await reset_prefix_cache(reset_url)
@@ -287,6 +290,7 @@ def summarize(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "ayo_median_s": med(ayo),
         "ratio_median": med([r["ratio"] for r in rows]),
         "ratio_balanced": balanced_ratio(rows),
+        "ratio_interval": _interval([r["ratio"] for r in rows]),
         "efficiency_median": med([r["bound"] / r["ayo"] for r in rows]),
         "bound_median_s": med([r["bound"] for r in rows]),
         "bound": "busiest engine busy time (ayo_bench.bound)",
@@ -354,7 +358,7 @@ async def run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
     items = load_items(args.questions, args.docs)
     stock_times = StockTimes()
     reset_url = await probe_cache_reset(url)
-    print(f"prefix cache reset before every timed run: {'yes' if reset_url else 'no (order flips instead)'}")
+    print(f"prefix cache reset before every timed run: {'yes' if reset_url else 'no (the balanced order cancels the cache)'}")
     shared: dict[str, Any] = {}
     results = []
     for name in args.configs:
@@ -368,6 +372,11 @@ async def run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
             "pairs": args.pairs, "embed_threads": os.environ.get("AYO_EMBED_THREADS", "1"), "results": results}
 
 
+def _interval(ratios: list[float]) -> dict[str, Any] | None:
+    ci = stats.ratio_interval(ratios)
+    return None if ci is None else ci.as_dict()
+
+
 def print_summary(s: dict[str, Any]) -> None:
     print(f"-- {s['config']} (stock: {s['stock_path']}): stock {s['stock_median_s']:.2f}s  ayo {s['ayo_median_s']:.2f}s  "
           f"ratio {s['ratio_median']:.2f}x  efficiency {s['efficiency_median']:.2f}  "
@@ -375,8 +384,10 @@ def print_summary(s: dict[str, Any]) -> None:
     print("   gap: " + ", ".join(f"{k} {v:.2f}s" for k, v in s["gap_median_s"].items()))
     print("   ayo busy by op: " + ", ".join(f"{k} {v:.2f}s" for k, v in s["ayo_busy_by_op_s"].items()))
     print("   stock busy:     " + ", ".join(f"{k} {v:.2f}s" for k, v in s["stock_busy_s"].items()))
-    print(f"   balanced ratio {s['ratio_balanced']:.2f}x; answers identical: {s['answers_identical']}/{s['pairs']}",
-          flush=True)
+    ci = s["ratio_interval"]
+    interval = f"{ci['geomean']:.2f}x [{ci['ci95_low']:.2f}-{ci['ci95_high']:.2f}]: {ci['verdict']}" if ci else "-"
+    print(f"   balanced ratio {s['ratio_balanced']:.2f}x; geometric mean {interval}; "
+          f"answers identical: {s['answers_identical']}/{s['pairs']}", flush=True)
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -395,7 +406,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.text(x, max(r["stock_median_s"], r["ayo_median_s"]) * 1.02, f"{r['ratio_median']:.2f}x", ha="center")
     ax.set_xticks(list(xs), [r["config"] for r in res])
     ax.set_ylabel("median latency (s)")
-    ax.set_title(f"LlamaIndex pipelines, {report['pairs']} alternating pairs, max_tokens={report['max_tokens']}")
+    ax.set_title(f"LlamaIndex pipelines, {report['pairs']} pairs, max_tokens={report['max_tokens']}")
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -12,8 +12,9 @@ Printed: the sequential time (reference interpreter, one primitive at a time),
 the runtime's time with no pass and then with each pass added in turn, the
 critical-path bound of the optimized graph, a few concurrent queries per
 scheduling policy, and Ayo's build+optimize overhead per query for a 50-node
-graph with and without the shape cache (real time). Results go to
-``benchmarks/results/passes.json``.
+graph with and without the shape cache (real time). Results (with provenance) go to
+``$AYO_HOME/results/passes.json``; the committed ones are written on purpose with
+``--json benchmarks/results/passes.json``.
 
     .venv/bin/python benchmarks/passes.py [--json PATH] [--queries N]
 """
@@ -35,8 +36,6 @@ from ayo_core.runtime.clock import run_virtual
 from ayo_core.runtime.fakes import fake_engines
 from ayo_core.templates import ShapeCache
 from ayo_core.templates.examples import advanced_rag_graph, example_inputs, example_responder
-
-RESULTS = Path(__file__).resolve().parent / "results" / "passes.json"
 
 
 def engines():
@@ -121,10 +120,15 @@ def report(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path, default=RESULTS, help="where to write the results")
+    from ayo_bench import provenance
+    from ayo_core.models import ayo_home
+
+    parser.add_argument("--json", type=Path, default=ayo_home() / "results" / "passes.json",
+                        help="where to write the results (default: %(default)s; committed: benchmarks/results/passes.json)")
     parser.add_argument("--queries", type=int, default=8, help="concurrent queries for the policy comparison")
     args = parser.parse_args(argv)
-    result = {"passes": run_virtual(pass_by_pass), "n_queries": args.queries,
+    # fake engines on a virtual clock: no server took part (provenance of the code and machine)
+    result = {"provenance": provenance.collect(None, False, "none"), "passes": run_virtual(pass_by_pass), "n_queries": args.queries,
               "policies": run_virtual(lambda: policies(args.queries)), "overhead": overhead()}
     sys.stdout.write(report(result) + "\n")
     args.json.parent.mkdir(parents=True, exist_ok=True)
