@@ -79,7 +79,7 @@ class QueryWork:
     """What one query did, as intervals: the whole call, Ayo's graph inside it, engine work, queueing."""
 
     call: Interval
-    graph: Interval | None = None
+    graph: list[Interval] = field(default_factory=list)  # when Ayo's graphs ran (one per query of the call)
     engines: dict[str, list[Interval]] = field(default_factory=dict)
     queued: list[Interval] = field(default_factory=list)
     other_work: list[Interval] = field(default_factory=list)  # nodes off the engines (local Python nodes)
@@ -112,7 +112,7 @@ def busiest_engine_bound(work: QueryWork) -> BoundReport:
     busy_by_engine = {name: length(iv) for name, iv in busy.items()}
     name = max(busy_by_engine, key=lambda n: busy_by_engine[n], default="")
     idle = subtract([(lo, hi)], busy.get(name, []))  # the busiest engine waits: the gap
-    inside = clip(idle, *work.graph) if work.graph else []
+    inside = clip_to(idle, work.graph)
     outside = subtract(idle, inside)
     others = [iv for n, ivs in busy.items() if n != name for iv in ivs] + list(work.other_work)
     other_engine = clip_to(inside, others)
@@ -158,20 +158,31 @@ def work_from_trace(trace: Any, call: Interval, llm_requests: list[dict[str, Any
     ``llm_requests`` (recorder rows inside the call) add the LLM server's own view, which
     also sees requests made outside Ayo's graph (a doc-QA function's own stock code).
     """
+    return work_from_traces([] if trace is None else [trace], call, llm_requests, llm_engine)
+
+
+def work_from_traces(traces: Iterable[Any], call: Interval, llm_requests: list[dict[str, Any]] | None = None,
+                     llm_engine: str = "llm server (recorded)") -> QueryWork:
+    """:func:`work_from_trace` for a call that ran several of Ayo's queries (a chat conversation's
+    turns, an agent's steps: ``ayo_core.trace.collect_traces``): their engine calls, node spans
+    and graph intervals together."""
     engines: dict[str, list[Interval]] = defaultdict(list)
-    for c in getattr(trace, "engine_calls", []) or []:
-        engines[str(c.engine)].append((c.start, c.end))
-    queued, other = [], []
+    queued, other, graphs = [], [], []
+    for trace in traces:
+        for c in getattr(trace, "engine_calls", []) or []:
+            engines[str(c.engine)].append((c.start, c.end))
     engine_nodes = set(engines)
-    for s in getattr(trace, "nodes", []) or []:
-        if s.queued > 0:
-            queued.append((s.start, s.start + s.queued))
-        if str(s.engine) not in engine_nodes:
-            other.append((s.start, s.end))
+    for trace in traces:
+        for s in getattr(trace, "nodes", []) or []:
+            if s.queued > 0:
+                queued.append((s.start, s.start + s.queued))
+            if str(s.engine) not in engine_nodes:
+                other.append((s.start, s.end))
+        if trace.end > trace.start:
+            graphs.append((trace.start, trace.end))
     if llm_requests:
         # one server, two views: the trace's LLM calls are a subset of what the server was sent
         llm_kinds = [n for n in engines if n.lower().startswith("llm")]
         recorded = [(r["start"], r["end"]) for r in llm_requests]
         engines[llm_engine] = recorded + [iv for n in llm_kinds for iv in engines.pop(n)]
-    graph = (trace.start, trace.end) if trace is not None and trace.end > trace.start else None
-    return QueryWork(call=call, graph=graph, engines=dict(engines), queued=queued, other_work=other)
+    return QueryWork(call=call, graph=merge(graphs), engines=dict(engines), queued=queued, other_work=other)

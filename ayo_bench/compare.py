@@ -51,6 +51,7 @@ from typing import Any
 import httpx
 
 from ayo_core.models import ayo_home
+from ayo_core.trace import collect_traces, save_chrome_trace
 from ayo_examples.common import APPS, EnginesConfig, load_questions
 
 from . import bound, provenance, stats, timeline
@@ -130,15 +131,16 @@ class AppPair:
             async with httpx.AsyncClient(timeout=30) as client:
                 (await client.post(self.cache_reset_url)).raise_for_status()
 
-    async def timed(self, which: str, item: dict[str, Any]) -> tuple[float, str, Any]:
+    async def timed(self, which: str, item: dict[str, Any]) -> tuple[float, str, list[Any]]:
+        """Seconds, answer, and the traces of every query Ayo ran for the call (none for stock):
+        a chat conversation's turns, an agent's steps, a doc-QA function's query."""
         app = self.stock if which == "stock" else self.ayo
-        before = getattr(app, "last_trace", None)
-        start, mono = time.perf_counter(), time.monotonic()
-        answer = await self.module.arun(app, item)
-        elapsed = time.perf_counter() - start
+        with collect_traces() as traces:
+            start, mono = time.perf_counter(), time.monotonic()
+            answer = await self.module.arun(app, item)
+            elapsed = time.perf_counter() - start
         self.last_window = (mono, time.monotonic())
-        trace = getattr(app, "last_trace", None) if which == "ayo" else None
-        return elapsed, answer, (trace if trace is not before else None)  # a stale trace is no trace
+        return elapsed, answer, (list(traces) if which == "ayo" else [])
 
 
 async def warm_up(pair: AppPair, sides: list[str], items: list[dict[str, Any]]) -> None:
@@ -164,18 +166,18 @@ async def run_latency(pair: AppPair, questions: list[dict[str, Any]], warmup: in
     for i, item in enumerate(bar):
         order = sides if firsts[i] == sides[0] else sides[::-1]
         row: dict[str, Any] = {"id": item["id"], "question": item["question"], "first": order[0]}
-        calls: dict[str, tuple[tuple[float, float], Any]] = {}
+        calls: dict[str, tuple[tuple[float, float], list[Any]]] = {}
         for side in order:
             try:
                 await pair.cold_cache()
-                elapsed, answer, trace = await pair.timed(side, item)
+                elapsed, answer, traces = await pair.timed(side, item)
             except Exception as exc:  # reported in the results, not hidden, and the run goes on
                 log.error("%s %s failed on %s: %r", pair.name, side, item["id"], exc)
                 row[f"{side}_error"] = repr(exc)
                 continue
             row[f"{side}_s"], row[f"{side}_answer"] = elapsed, answer
-            calls[side] = (pair.last_window, trace)
-        if "ayo" in calls and calls["ayo"][1] is not None:
+            calls[side] = (pair.last_window, traces)
+        if "ayo" in calls and (calls["ayo"][1] or pair.recorder is not None):
             row.update(call_figures(pair, calls))
         if "ayo_s" in row and "stock_s" in row:
             row["ratio"] = row["stock_s"] / row["ayo_s"]
@@ -193,25 +195,44 @@ def balanced_ratio(rows: list[dict[str, Any]]) -> float:
     return math.prod(present) ** (1 / len(present)) if present else float("nan")
 
 
-def call_figures(pair: AppPair, calls: dict[str, tuple[tuple[float, float], Any]]) -> dict[str, Any]:
-    """Per call: Ayo's own overhead accounting, the busiest-engine bound and its gap, the stock-model bound."""
-    window, trace = calls["ayo"]
+def call_figures(pair: AppPair, calls: dict[str, tuple[tuple[float, float], list[Any]]]) -> dict[str, Any]:
+    """Per call: Ayo's own overhead accounting, the busiest-engine bound and its gap, the stock-model bound.
+
+    A call that ran no query on Ayo's runtime (an agent called with ``ainvoke``, whose model node
+    Ayo leaves as stock's) still has the LLM server's own view (the recorder): its bounds are
+    given, its overhead is not (the whole gap would read as Ayo's, and none of it ran on Ayo).
+    """
+    window, traces = calls["ayo"]
     recorded = pair.recorder.between(*window) if pair.recorder is not None else None
-    report = bound.busiest_engine_bound(bound.work_from_trace(trace, window, recorded))
+    report = bound.busiest_engine_bound(bound.work_from_traces(traces, window, recorded))
     out: dict[str, Any] = {"ayo_bound": report.as_dict()}
+    if not traces:
+        out["ayo_trace"] = {"queries": 0}
+    else:
+        out.update(trace_overhead(traces, report))
+    if recorded is not None and "stock" in calls:
+        stock_requests = pair.recorder.between(*calls["stock"][0])
+        out["model_bound"] = bound.stock_model_bound(stock_requests, recorded)
+    return out
+
+
+def trace_overhead(traces: list[Any], report: bound.BoundReport) -> dict[str, Any]:
+    """Ayo's overhead in a call: what its traces recorded, and the time on the critical path with
+    nothing of the query working (see below)."""
+    out: dict[str, Any] = {}
     try:
-        kinds = {k: float(v) for k, v in trace.overhead.items()}
-        out["ayo_trace"] = {"trace_latency_s": float(trace.latency), "overhead_kinds_s": kinds,
-                            "overhead_s": sum(kinds.values())}
+        kinds: dict[str, float] = {}
+        for trace in traces:
+            for k, v in trace.overhead.items():
+                kinds[k] = kinds.get(k, 0.0) + float(v)
+        out["ayo_trace"] = {"queries": len(traces), "trace_latency_s": sum(float(t.latency) for t in traces),
+                            "overhead_kinds_s": kinds, "overhead_s": sum(kinds.values())}
     except (AttributeError, TypeError, ValueError) as exc:  # a half-built trace must not sink the benchmark
         log.warning("could not read Ayo's trace overhead: %s", exc)
     # Ayo on the critical path: the call's time with no engine of the query working and nothing
     # queued (loop hops, event replay, hooks, capture and lowering, scheduling). For a doc-QA
     # function the time outside the graph also holds the function's own code: an upper bound.
     out["ayo_overhead_s"] = report.outside_graph_s + report.runtime_s
-    if recorded is not None and "stock" in calls:
-        stock_requests = pair.recorder.between(*calls["stock"][0])
-        out["model_bound"] = bound.stock_model_bound(stock_requests, recorded)
     return out
 
 
@@ -258,10 +279,12 @@ def summarize_bounds(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "efficiency_min": min(b["efficiency"] for b in reports),
         "gap_median_s": {part: median([b[f"{part}_s"] for b in reports])
                          for part in ("gap", "outside_graph", "other_engine", "queued", "runtime")},
-        "ayo_overhead_median_s": median([r["ayo_overhead_s"] for r in rows]),
-        "ayo_overhead_median_pct": 100 * median([r["ayo_overhead_s"] / r["ayo_s"] for r in rows]),
     }
-    traced = [r["ayo_trace"]["overhead_s"] for r in rows if r.get("ayo_trace")]
+    overhead = [r for r in rows if "ayo_overhead_s" in r]  # not for calls that ran nothing on Ayo's runtime
+    if overhead:
+        out["ayo_overhead_median_s"] = median([r["ayo_overhead_s"] for r in overhead])
+        out["ayo_overhead_median_pct"] = 100 * median([r["ayo_overhead_s"] / r["ayo_s"] for r in overhead])
+    traced = [r["ayo_trace"]["overhead_s"] for r in rows if "overhead_s" in r.get("ayo_trace", {})]
     if traced:
         out["ayo_overhead_recorded_median_s"] = median(traced)
     modelled = [r for r in rows if r.get("model_bound")]
@@ -293,13 +316,13 @@ async def record_timelines(pair: AppPair, item: dict[str, Any], trace_path: Path
     if pair.ayo is not None:
         try:
             await pair.cold_cache()
-            ayo_s, _, trace = await pair.timed("ayo", item)
+            ayo_s, _, traces = await pair.timed("ayo", item)
         except Exception as exc:
             log.error("%s ayo failed while recording the timeline: %r", pair.name, exc)
             return out
-        out.update({"ayo_s": ayo_s, "ayo": timeline.spans_from_trace(trace)})
-        if trace is not None and hasattr(trace, "save_chrome"):
-            trace.save_chrome(trace_path)
+        out.update({"ayo_s": ayo_s, "ayo": timeline.spans_from_traces(traces)})
+        if traces:
+            save_chrome_trace(traces, trace_path)
             out["perfetto_trace"] = _shown(trace_path)
     return out
 
@@ -411,7 +434,7 @@ def print_latency(name: str, s: dict[str, Any], ayo_missing: str) -> None:
     if "efficiency_median" in s:
         print_bounds(s)
     else:
-        print("  no Ayo trace (optimized object has no last_trace): overhead and bound not reported")
+        print("  no Ayo trace (no query of the optimized app ran on Ayo's runtime): overhead and bound not reported")
 
 
 def print_bounds(s: dict[str, Any]) -> None:
@@ -430,6 +453,9 @@ def print_bounds(s: dict[str, Any]) -> None:
     else:
         print("  bound 2 (stock model time) not measured: run without --no-record")
     recorded = s.get("ayo_overhead_recorded_median_s")
+    if "ayo_overhead_median_s" not in s:
+        print("  ayo overhead: not measured (no query of these calls ran on Ayo's runtime)")
+        return
     print(f"  ayo overhead on the critical path median {_fmt(s['ayo_overhead_median_s'])}"
           f" ({_fmt(s['ayo_overhead_median_pct'], '%')}; an upper bound where the call runs its own code outside"
           f" Ayo's graph, as a doc-QA function does); Ayo's own accounting (capture, build, passes,"

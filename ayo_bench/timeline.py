@@ -122,11 +122,19 @@ def langchain_handler(recorder: Recorder) -> Any:
 
 def spans_from_trace(trace: Any) -> list[dict[str, Any]]:
     """Ayo's ``last_trace`` as timeline spans (empty when there is no trace)."""
-    if trace is None or not getattr(trace, "nodes", None):
+    return spans_from_traces([] if trace is None else [trace])
+
+
+def spans_from_traces(traces: list[Any]) -> list[dict[str, Any]]:
+    """The spans of every query of one call (``collect_traces``), from the first query's start."""
+    traces = [t for t in traces if getattr(t, "nodes", None)]
+    if not traces:
         return []
+    origin = min(t.start for t in traces)
     spans = []
-    for s in trace.nodes:
-        op = str(getattr(s.op, "value", s.op)).lower()
-        stage = _AYO_OPS.get(op, "other")
-        spans.append({"stage": stage, "label": s.node, "start": s.start - trace.start, "end": s.end - trace.start})
+    for trace in traces:
+        for s in trace.nodes:
+            op = str(getattr(s.op, "value", s.op)).lower()
+            stage = _AYO_OPS.get(op, "other")
+            spans.append({"stage": stage, "label": s.node, "start": s.start - origin, "end": s.end - origin})
     return sorted(spans, key=lambda s: (s["start"], s["end"]))

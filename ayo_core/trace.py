@@ -9,6 +9,11 @@ bound from measured durations, and Ayo's own overhead.
 
 Times are the event loop's clock (``loop.time()``), so a virtual clock gives
 virtual traces; overhead is real time (``time.perf_counter``).
+
+An object's ``last_trace`` is its last query's. A call that makes several queries (a chat
+engine made per conversation, an agent's turns, a workflow's steps) is read with
+:func:`collect_traces`: every query started inside the block, whichever optimized object
+ran it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +32,37 @@ if TYPE_CHECKING:
     from ayo_core.graph import Graph
 
 OVERHEAD_KINDS = ("capture", "build", "passes", "scheduling")
+
+# The sink of the innermost collect_traces() block. A context variable: it follows the call into
+# the tasks it starts and onto Ayo's loop (a coroutine handed to another loop's thread runs in a
+# copy of the caller's context), and concurrent callers each see their own.
+_SINK: ContextVar[list[Trace] | None] = ContextVar("ayo_trace_sink", default=None)
+
+
+@contextmanager
+def collect_traces() -> Iterator[list[Trace]]:
+    """The traces of every query Ayo starts inside the block, in start order::
+
+        with collect_traces() as traces:
+            chat_engine.chat("...")          # any optimized object, sync or async, any number of queries
+        print(sum(t.latency for t in traces))
+
+    Blocks nest; a query lands in the innermost one. A trace is appended when its query starts,
+    so it may still be running when read inside the block.
+    """
+    sink: list[Trace] = []
+    token = _SINK.set(sink)
+    try:
+        yield sink
+    finally:
+        _SINK.reset(token)
+
+
+def report_started(trace: Trace) -> None:
+    """Hand a query's trace to the enclosing :func:`collect_traces` block, if any."""
+    sink = _SINK.get()
+    if sink is not None:
+        sink.append(trace)
 
 
 @dataclass

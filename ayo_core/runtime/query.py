@@ -12,7 +12,7 @@ from ayo_core.runtime.errors import AyoError, NodeFailed
 from ayo_core.runtime.execute import grow, input_value, invoke, node_failure, parts_of
 from ayo_core.runtime.states import NodeState, node_transition
 from ayo_core.runtime.streams import PartChannel
-from ayo_core.trace import NodeSpan, Trace
+from ayo_core.trace import NodeSpan, Trace, report_started
 
 if TYPE_CHECKING:
     from ayo_core.runtime.scheduler import Runtime
@@ -36,6 +36,7 @@ class QueryRun:
         loop = asyncio.get_running_loop()
         self.trace = Trace(graph.query_id, loop.time())
         self.trace.graph = graph
+        report_started(self.trace)
         for kind, seconds in graph.meta.get("overhead", {}).items():
             self.trace.add_overhead(kind, seconds)
         self.values: dict[str, Any] = {}

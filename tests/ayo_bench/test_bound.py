@@ -18,7 +18,7 @@ def test_interval_algebra() -> None:
 
 def test_busiest_engine_bound_with_overlaps_and_gaps() -> None:
     # a 10 s call; the graph runs 1..9.5; the LLM serves 3 requests, two overlapping (batched)
-    work = QueryWork(call=(0.0, 10.0), graph=(1.0, 9.5),
+    work = QueryWork(call=(0.0, 10.0), graph=[(1.0, 9.5)],
                      engines={"llm": [(2.0, 5.0), (4.0, 6.0), (7.0, 9.0)],   # union 6 s
                               "embed": [(1.0, 2.5)],                        # overlaps the LLM 0.5 s
                               "search": [(6.0, 6.5)]},
@@ -37,7 +37,7 @@ def test_busiest_engine_bound_with_overlaps_and_gaps() -> None:
 
 
 def test_an_engine_busy_all_call_long_scores_one_and_work_outside_the_call_is_ignored() -> None:
-    work = QueryWork(call=(0.0, 4.0), graph=(0.0, 4.0), engines={"llm": [(-1.0, 2.0), (2.0, 5.0)]})
+    work = QueryWork(call=(0.0, 4.0), graph=[(0.0, 4.0)], engines={"llm": [(-1.0, 2.0), (2.0, 5.0)]})
     r = bound.busiest_engine_bound(work)
     assert r.busy_s == pytest.approx(4.0) and r.efficiency == pytest.approx(1.0) and r.gap_s == 0.0
 
@@ -73,4 +73,4 @@ def test_recorded_llm_requests_merge_with_the_traces_llm_calls() -> None:
     work = bound.work_from_trace(Trace(), (0.0, 6.0), [{"start": 0.2, "end": 0.8}, {"start": 2.0, "end": 3.0}])
     assert set(work.engines) == {"embed", "llm server (recorded)"}
     assert bound.length(work.engines["llm server (recorded)"]) == pytest.approx(1.6)
-    assert work.queued == [(1.5, 2.0)] and work.other_work == [(3.0, 3.2)] and work.graph == (1.0, 5.0)
+    assert work.queued == [(1.5, 2.0)] and work.other_work == [(3.0, 3.2)] and work.graph == [(1.0, 5.0)]

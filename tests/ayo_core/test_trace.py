@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 from ayo_core.passes import optimize_graph
-from ayo_core.runtime import Runtime, reference_run
+from ayo_core.runtime import Runtime, bridge, reference_run
 from ayo_core.runtime.fakes import fake_engines
 from ayo_core.templates import ShapeCache
 from ayo_core.templates.examples import advanced_rag_graph, example_inputs, example_responder
-from ayo_core.trace import chrome_trace, save_chrome_trace
+from ayo_core.trace import chrome_trace, collect_traces, save_chrome_trace
 
 
 def engines():
@@ -93,3 +95,46 @@ async def test_overhead_accounting(vclock):
     with second.measure("capture"):
         pass
     assert second.overhead["capture"] >= 0.001
+
+
+# ---- collect_traces: every query of a call, wherever it runs ------------------------------
+def unit_run(query_id: str):
+    graph = optimize_graph(advanced_rag_graph(query_id))
+    return Runtime(fake_engines("unit", example_responder), inline_sync=True).run(graph, example_inputs())
+
+
+async def test_collect_traces_gathers_every_query_in_the_block_and_nests(vclock):
+    await unit_run("before")
+    with collect_traces() as outer:
+        await unit_run("a")
+        with collect_traces() as inner:
+            await unit_run("b")
+        _, c = await unit_run("c")
+    await unit_run("after")
+    assert [t.query_id for t in outer] == ["a", "c"] and [t.query_id for t in inner] == ["b"]
+    assert outer[1] is c and c.status == "done"
+
+
+async def test_concurrent_callers_each_collect_their_own(vclock):
+    async def caller(name: str) -> list:
+        with collect_traces() as traces:
+            for i in range(2):
+                await unit_run(f"{name}{i}")
+        return traces
+
+    got = await asyncio.gather(caller("x"), caller("y"))
+    assert [[t.query_id for t in ts] for ts in got] == [["x0", "x1"], ["y0", "y1"]]
+
+
+def test_a_sync_call_collects_the_query_run_on_ayos_loop():
+    # the path of fast.invoke(): the caller's thread blocks while the query runs on Ayo's loop thread
+    def sync_caller() -> list:
+        with collect_traces() as traces:
+            bridge.run_sync(unit_run("sync"))
+        return traces
+
+    box: list = []
+    worker = threading.Thread(target=lambda: box.append(sync_caller()))
+    worker.start()
+    worker.join(timeout=60)
+    assert [t.query_id for t in box[0]] == ["sync"] and box[0][0].status == "done"

@@ -14,6 +14,7 @@ import pytest
 from ayo_bench import bound, compare
 from ayo_bench.plot import plot_result
 from ayo_bench.timeline import Recorder, spans_from_trace
+from ayo_core.trace import report_started
 from benchmarks import readme_table
 
 
@@ -38,8 +39,21 @@ class FakeApp:
     async def answer(self, item: dict[str, Any]) -> str:
         start = time.monotonic()
         await asyncio.sleep(self.delay)
-        if self.traced:
+        if self.traced:  # as Ayo's runtime does: the trace goes to the caller's collect_traces block
             self.last_trace = FakeTrace(time.monotonic() - start, start)
+            report_started(self.last_trace)
+        return f"answer to {item['id']}"
+
+
+class FakeConversation:
+    """An app whose call makes three of Ayo's queries (a chat engine's turns), with no last_trace."""
+
+    async def answer(self, item: dict[str, Any]) -> str:
+        for _ in range(3):
+            start = time.monotonic()
+            await asyncio.sleep(0.004)
+            report_started(FakeTrace(time.monotonic() - start, start))
+            await asyncio.sleep(0.002)  # between turns: the caller's own code, outside Ayo's graphs
         return f"answer to {item['id']}"
 
 
@@ -85,6 +99,36 @@ def test_latency_run_alternates_and_summarizes(capsys: pytest.CaptureFixture[str
     assert ci["n"] == 6 and ci["ci95_low"] <= ci["geomean"] <= ci["ci95_high"]
     assert f"95 % interval {ci['ci95_low']:.2f}x-{ci['ci95_high']:.2f}x over 6 pairs: {ci['verdict']}" in printed
     assert s["balanced_ratio"] == pytest.approx((s["median_ratio_stock_first"] * s["median_ratio_ayo_first"]) ** 0.5)
+
+
+def test_a_call_of_several_queries_is_measured_over_all_of_them() -> None:
+    pair = fake_pair()
+    pair.stock = FakeApp(0.03, traced=False)
+    pair.ayo = FakeConversation()
+    out = asyncio.run(compare.run_latency(pair, QUESTIONS[:2], warmup=0))
+    row = out["pairs"][0]
+    assert row["ayo_trace"]["queries"] == 3
+    b = row["ayo_bound"]
+    # each turn's engine busy half its graph; the time between turns is outside Ayo's graphs
+    assert b["outside_graph_s"] >= 0.004 and b["busy_s"] > 0
+    assert b["busy_s"] + b["gap_s"] == pytest.approx(b["latency_s"])
+    assert out["summary"]["efficiency_median"] < 0.6
+
+
+def test_a_call_with_no_ayo_query_gets_the_servers_bound_but_no_overhead(capsys: pytest.CaptureFixture[str]) -> None:
+    class Recorder:  # the LLM server's own view: one request over the middle half of every call
+        def between(self, lo: float, hi: float) -> list[dict[str, Any]]:
+            q = (hi - lo) / 4
+            return [{"start": lo + q, "end": hi - q, "completion_tokens": 8}]
+
+    pair = fake_pair()
+    pair.ayo = FakeApp(0.01, traced=False)  # an agent under ainvoke: its model node stays stock's
+    pair.recorder = Recorder()
+    s = asyncio.run(compare.run_latency(pair, QUESTIONS[:4], warmup=0))["summary"]
+    assert s["busiest_engine"] == "llm server (recorded)" and s["efficiency_median"] == pytest.approx(0.5, abs=0.05)
+    assert "ayo_overhead_median_s" not in s
+    compare.print_latency("fake", s, "")
+    assert "ayo overhead: not measured" in capsys.readouterr().out
 
 
 def test_time_outside_the_graph_is_gap_not_bound() -> None:
