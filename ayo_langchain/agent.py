@@ -1,5 +1,6 @@
 """Agents (``create_agent``, ``create_react_agent``): each tool call starts as soon as its arguments
-are complete in the model's stream, while the rest of the message still decodes.
+are complete in the model's stream, while the rest of the message still decodes; and the next model
+call's prompt prefix is warmed while the tools run.
 
 Stock LangGraph runs an agent's tools once the model node has returned the whole message. When
 the model streams (under ``stream_mode="messages"`` / ``astream_events``, where LangGraph's
@@ -16,6 +17,11 @@ tools that are not ``StructuredTool`` functions or that take injected arguments 
 the tool call id), and arguments the tool's schema rejects: those run when the tools node runs
 them, as stock. A tool started early runs even if the model call fails after the call's
 arguments were complete (stock would not run it): the price of the early start.
+
+Once the model's message with tool calls is complete (streamed or not), the next model request is
+known but for the tools' results: :mod:`ayo_langchain.agent_warm` prefills its shared token prefix
+(system prompt, conversation, the message, the tools' schemas) in the server's prefix cache while
+the tools run, where the device rule allows (not on a CPU server). The real request is not changed.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config, set_config_context
 from langchain_core.tools import StructuredTool
 
+from ayo_langchain.agent_warm import NextCallWarmer, NextCallWarms
 from ayo_shims import langgraph as lg
 
 log = logging.getLogger(__name__)
@@ -50,8 +57,9 @@ def eligible(tool: Any) -> bool:
 class EarlyToolCalls:
     """The tool calls of one optimized agent started from the model's stream, by tool call id."""
 
-    def __init__(self, tools: dict[str, Any]) -> None:
+    def __init__(self, tools: dict[str, Any], agent_name: str | None = None) -> None:
         self.tools = tools  # name -> the user's (eligible) tool
+        self.warms = NextCallWarms(agent_name)  # the next model call's warm-ups (agent_warm)
         self.started: dict[str, asyncio.Future] = {}
         self.log: deque[dict[str, Any]] = deque(maxlen=256)  # what explain() and the benchmarks show
 
@@ -130,7 +138,8 @@ class ToolCallWatcher(AsyncCallbackHandler):
 
 
 class EarlyToolsModelNode(Runnable):
-    """The agent's model node, watching its stream for complete tool calls (async, streaming only)."""
+    """The agent's model node, watching its stream for complete tool calls (async, streaming only) and
+    warming the next model call once a message with tool calls is complete (async)."""
 
     def __init__(self, bound: Runnable, early: EarlyToolCalls) -> None:
         self.bound = bound
@@ -145,10 +154,13 @@ class EarlyToolsModelNode(Runnable):
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = ensure_config(config)
         callbacks = config.get("callbacks")
-        if not lg.makes_model_stream(callbacks) or not hasattr(callbacks, "copy"):
+        if not hasattr(callbacks, "copy"):
             return await self.bound.ainvoke(input, config, **kwargs)
         manager = callbacks.copy()
-        manager.add_handler(ToolCallWatcher(self.early), inherit=True)
+        if self.early.tools and lg.makes_model_stream(callbacks):
+            manager.add_handler(ToolCallWatcher(self.early), inherit=True)
+        # after the watcher: at the message's end, the last tool call starts before the warm-up does
+        manager.add_handler(NextCallWarmer(self.early.warms), inherit=True)
         watched: RunnableConfig = {**config, "callbacks": manager}
         # the agent's node code calls its model with the config of the running context (LangGraph set the
         # node's): run it in a context whose config carries the watcher, as LangGraph runs a node
@@ -176,9 +188,12 @@ def early_tool(tool: StructuredTool, early: EarlyToolCalls) -> StructuredTool:
     return early_cls.model_construct(**{name: getattr(tool, name) for name in cls.model_fields})
 
 
-def early_tool_nodes(nodes: dict[str, Any]) -> tuple[EarlyToolCalls, dict[str, Any]] | None:
+def early_tool_nodes(nodes: dict[str, Any], agent_name: str | None = None
+                     ) -> tuple[EarlyToolCalls, dict[str, Any]] | None:
     """For an agent graph's node bodies (name -> bound runnable): the early-start board and the new
-    bodies of its model and tools nodes; None when nothing can start early."""
+    bodies of its model node (always: it warms the next call) and of its tools node (when a tool can
+    start early); None when the graph has no model and tools nodes. ``agent_name``: the name the agent
+    gives its model's messages."""
     tool_node_cls = lg.tool_node_class()
     tools_name = next((n for n, b in nodes.items() if tool_node_cls is not None and isinstance(b, tool_node_cls)), None)
     model_name = next((n for n in ("model", "agent") if n in nodes), None)
@@ -186,9 +201,9 @@ def early_tool_nodes(nodes: dict[str, Any]) -> tuple[EarlyToolCalls, dict[str, A
         return None
     tool_node = nodes[tools_name]
     tools = {name: t for name, t in tool_node.tools_by_name.items() if eligible(t)}
-    if not tools:
-        return None
-    early = EarlyToolCalls(tools)
-    new_tools = {name: early_tool(t, early) if name in tools else t for name, t in tool_node.tools_by_name.items()}
-    return early, {model_name: EarlyToolsModelNode(nodes[model_name], early),
-                   tools_name: lg.tool_node_with_tools(tool_node, new_tools)}
+    early = EarlyToolCalls(tools, agent_name)
+    replaced: dict[str, Any] = {model_name: EarlyToolsModelNode(nodes[model_name], early)}
+    if tools:
+        new_tools = {name: early_tool(t, early) if name in tools else t for name, t in tool_node.tools_by_name.items()}
+        replaced[tools_name] = lg.tool_node_with_tools(tool_node, new_tools)
+    return early, replaced

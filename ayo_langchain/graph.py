@@ -40,6 +40,11 @@ from ayo_shims import langgraph as lg
 log = logging.getLogger(__name__)
 START_NODE = "__start__"  # LangGraph's input node: writes the input into the channels, no user code
 AGENT_MODEL_NODES = ("model", "agent")  # create_agent's and create_react_agent's model-call node
+DEFAULT_GRAPH_NAME = "LangGraph"  # a compiled graph's name when none was given (an agent then names nothing)
+EARLY_TOOLS_REASON = "its tool calls start as soon as their arguments are complete in the model's stream (when " \
+                     "the model streams)"
+WARM_REASON = "the next model call's prompt prefix is warmed while the tools run (async calls, where the device " \
+              "rule allows)"
 AGENT_MODEL_REASON = ("the agent's model call with tools bound (LangGraph's own node code): Ayo's engine client "
                       "does not carry tool-calling requests, so the model's own client sends it")
 
@@ -78,19 +83,25 @@ class GraphPlan:
             self._start_tools_early(graph)
 
     def _start_tools_early(self, graph: Any) -> None:
-        """An agent's tool calls start from the model's stream (:mod:`ayo_langchain.agent`)."""
+        """An agent's tool calls start from the model's stream, and its next model call is warmed while
+        they run (:mod:`ayo_langchain.agent`)."""
         from ayo_langchain.agent import early_tool_nodes
 
         bodies = {n: lg.node_bound(node) for n, node in graph.nodes.items() if self.nodes.get(n, NodePlan(n, "")).kind
                   == "opaque"}
-        found = early_tool_nodes(bodies)
+        # create_agent / create_react_agent compile the graph under the agent's name= and give it to the
+        # model's messages too
+        name = graph.get_name()
+        found = early_tool_nodes(bodies, None if name == DEFAULT_GRAPH_NAME else name)
         if found is None:
             return
         self.early_tools, replaced = found
-        for name, body in replaced.items():
-            self.new_nodes[name] = lg.with_bound(graph.nodes[name], body)
-            self.nodes[name].reason += ("; its tool calls start as soon as their arguments are complete in the "
-                                        "model's stream (when the model streams)")
+        for node, body in replaced.items():
+            self.new_nodes[node] = lg.with_bound(graph.nodes[node], body)
+            if self.early_tools.tools:
+                self.nodes[node].reason += f"; {EARLY_TOOLS_REASON}"
+            if node in AGENT_MODEL_NODES:
+                self.nodes[node].reason += f"; {WARM_REASON}"
 
     def traces(self) -> list[Any]:
         """The traces of the nodes' last calls, oldest first (each node call is one Ayo query)."""
@@ -190,9 +201,11 @@ class OptimizedGraphMixin:
                 last_graph = fast.last_graph or last_graph
         early = self.ayo_plan.early_tools
         if early is not None:
-            lines.append(f"  tools started from the model's stream: {sorted(early.tools)}")
+            if early.tools:
+                lines.append(f"  tools started from the model's stream: {sorted(early.tools)}")
             lines += [f"    {tool}: started {ahead:.3f} s before its model message ended"
                       for tool, ahead in early.started_before_message_end()[-8:]]
+            lines += [f"  next model call warmed while the tools ran: {line}" for line in early.warms.summary()]
         notes = [] if any(p.kind != "opaque" for p in self.ayo_plan.nodes.values()) else [
             "no node is lowered: the whole chain is one opaque node per graph node, each the user's own code"]
         notes += ["LangGraph's Pregel loop runs the graph (state, checkpoints, interrupts, streams as stock); "

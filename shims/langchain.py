@@ -150,6 +150,51 @@ def chat_request_payload(model: Any, value: Any) -> dict[str, Any]:
     return model._get_request_payload(value)
 
 
+_MESSAGES_WHY = ("an agent's next model request is warmed while its tools run: its messages are converted to "
+                 "Chat Completions dicts exactly as BaseChatOpenAI._get_request_payload converts them")
+CHAT_MESSAGE_DICT = declare(
+    f"{_CHAT}._convert_message_to_dict", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED, why=_MESSAGES_WHY,
+    check=has_params(_CHAT, "_convert_message_to_dict", ["message"]))
+CHAT_FROM_V1 = declare(
+    f"{_CHAT}._convert_from_v1_to_chat_completions", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why=_MESSAGES_WHY, check=has_params(_CHAT, "_convert_from_v1_to_chat_completions", ["message"]))
+
+
+def chat_completions_messages(messages: list[Any]) -> list[dict[str, Any]]:
+    """LangChain messages as a ``ChatOpenAI`` sends them to ``/chat/completions`` (the message part of
+    ``_get_request_payload``, for when the model object itself is out of reach: a callback's view)."""
+    from langchain_core.messages import AIMessage
+
+    base = importlib.import_module(_CHAT)
+    return [base._convert_message_to_dict(base._convert_from_v1_to_chat_completions(m)) if isinstance(m, AIMessage)
+            else base._convert_message_to_dict(m) for m in messages]
+
+
+def _api_base_field_check() -> None:
+    field = importlib.import_module(_CHAT).BaseChatOpenAI.model_fields.get("openai_api_base")
+    if field is None or field.alias != "base_url":
+        raise AttributeError("BaseChatOpenAI has no field openai_api_base aliased base_url")
+
+
+CHAT_SERIALIZED_BASE = declare(
+    f"{_CHAT}.BaseChatOpenAI.openai_api_base", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why="a chat model's callbacks see it serialized (its constructor kwargs): the server an agent's next "
+        "request is warmed at is its openai_api_base there",
+    check=_api_base_field_check)
+
+
+def serialized_chat_endpoint(serialized: Any) -> str | None:
+    """The base URL of a ``ChatOpenAI`` as its callbacks see it serialized (``on_chat_model_start``'s
+    first argument); None for another model, or one with no explicit server."""
+    if not isinstance(serialized, dict) or (serialized.get("id") or [None])[-1] != "ChatOpenAI":
+        return None
+    kwargs = serialized.get("kwargs") or {}
+    if kwargs.get("use_responses_api"):  # a Responses API request is not a chat template render
+        return None
+    base = kwargs.get("openai_api_base")
+    return base if isinstance(base, str) and base else None
+
+
 _ASYNC_CLIENT_WHY = ("a copy of the user's model gets Ayo's client shim as async_client: the model sends "
                      "async_client.create(**payload) / with_raw_response.create(**payload) and reads the answer "
                      "(parse(), headers, the stream's context manager) as from the SDK")

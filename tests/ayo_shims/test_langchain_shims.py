@@ -103,6 +103,20 @@ def test_langchain_openai_shims() -> None:
     assert model.async_client != wrapped.async_client  # the user's model is untouched
 
 
+def test_agent_warm_shims() -> None:
+    from langchain_core.load import dumpd
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    model = _chat_model()
+    messages = [HumanMessage("hi"), AIMessage("", tool_calls=[{"name": "f", "args": {"x": 1}, "id": "c1"}]),
+                ToolMessage("r", tool_call_id="c1", name="f")]
+    # the messages as the model's own payload builder converts them
+    assert lc.chat_completions_messages(messages) == lc.chat_request_payload(model, messages)["messages"]
+    assert lc.serialized_chat_endpoint(dumpd(model)) == "http://127.0.0.1:9/v1"
+    assert lc.serialized_chat_endpoint(dumpd(_chat_model(use_responses_api=True))) is None
+    assert lc.serialized_chat_endpoint({"id": ["x", "ChatAnthropic"], "kwargs": {}}) is None
+
+
 def test_openai_sdk_shims() -> None:
     import httpx
     import openai
