@@ -48,8 +48,13 @@ def machine() -> dict[str, Any]:
             "hostname": platform.node()}
 
 
+RESULTS_PATH = "benchmarks/results"  # committed results, relative to the checkout
+
+
 def git_state(folder: Path = _CHECKOUT) -> dict[str, Any]:
-    """The checkout's commit and whether its files differ from it (tracked changes or untracked, not ignored, files)."""
+    """The checkout's commit and whether its files differ from it (tracked changes or untracked, not ignored,
+    files), not counting ``benchmarks/results/``: results are what a run writes, not what it runs (a
+    sequence of benchmarks that writes there would otherwise call every later run dirty)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30,
                               check=True).stdout.strip()
@@ -58,7 +63,8 @@ def git_state(folder: Path = _CHECKOUT) -> dict[str, Any]:
         if not (folder / ".git").exists():  # installed into a venv: a repo around it is not Ayo's
             raise FileNotFoundError(f"{folder / '.git'} does not exist")
         commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain"))  # untracked sources change results too
+        # untracked sources change results too
+        dirty = bool(git("status", "--porcelain", "--", ".", f":(exclude){RESULTS_PATH}"))
     except (OSError, subprocess.SubprocessError) as exc:
         log.info("no git checkout at %s (%s): provenance names the installed version only", folder, exc)
         return {"commit": None, "dirty": None, "source": "installed package (no git checkout)"}

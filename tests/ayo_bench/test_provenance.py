@@ -91,3 +91,24 @@ def test_compare_results_carry_provenance(server: FakeVLLM) -> None:
     head = compare.header(cfg, args, 0.3, server.url, llm_given=False)  # type: ignore[arg-type]
     assert head["provenance"]["server"]["version"] == "0.32.0" and head["recorded_llm_requests"]
     assert head["date"] == head["provenance"]["date"] and head["machine"] == head["provenance"]["machine"]
+
+
+def test_dirty_means_changed_code_not_changed_results(tmp_path: Path) -> None:
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "a.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    assert provenance.git_state(tmp_path)["dirty"] is False
+    # an earlier benchmark of the same sequence rewrote a results file: the code is still the commit's
+    (tmp_path / "benchmarks" / "results" / "a.json").write_text('{"new": 1}')
+    (tmp_path / "benchmarks" / "results" / "b.json").write_text("{}")
+    assert provenance.git_state(tmp_path)["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert provenance.git_state(tmp_path)["dirty"] is True
