@@ -140,7 +140,7 @@ class NextCallWarms:
         lines = []
         for e in list(self.log)[-8:]:
             if e["outcome"] != "warmed":
-                lines.append(f"{e['outcome']}")
+                lines.append(e["outcome"])
                 continue
             line = f"{e['tokens']} tokens warmed in {e['done'] - e['started']:.3f} s"
             if e["next_request"] is not None:
