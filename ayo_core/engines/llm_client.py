@@ -15,12 +15,13 @@ import json
 import logging
 import random
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from ayo_core.engines.http_client import AsyncHTTPClient
 from ayo_core.runtime.bridge import forget_closed_loops
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ RETRY_STATUSES = frozenset({408, 409, 429})
 INITIAL_RETRY_DELAY, MAX_RETRY_DELAY = 0.5, 8.0
 
 
-def retry_delay(attempt: int, headers: httpx.Headers | None = None) -> float:
+def retry_delay(attempt: int, headers: Mapping[str, str] | None = None) -> float:
     """Seconds before retry number ``attempt + 1``: the server's ``retry-after`` when sane, else
     exponential backoff with jitter (as the OpenAI SDK waits)."""
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
@@ -135,9 +136,8 @@ class LLMEngine:
         # /tokenize, /detokenize and /health live at the server root, not under /v1.
         self.root_url = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
         self.model = model
-        self.timeout = httpx.Timeout(timeout, connect=connect_timeout)
-        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+        self.timeout, self.connect_timeout, self.max_connections = timeout, connect_timeout, max_connections
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncHTTPClient] = (
             weakref.WeakKeyDictionary())
         # False once the server rejected a request for its ``priority`` (servers without priority
         # scheduling may: older vLLM, other OpenAI-compatible servers); Ayo then sends none.
@@ -146,12 +146,13 @@ class LLMEngine:
     def __repr__(self) -> str:
         return f"LLMEngine({self.base_url!r}, model={self.model!r})"
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self) -> AsyncHTTPClient:
+        """This event loop's HTTP client (httpx's API over aiohttp: see ``http_client``)."""
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None or client.is_closed:
             forget_closed_loops(self._clients)
-            client = httpx.AsyncClient(timeout=self.timeout, limits=self._limits)
+            client = AsyncHTTPClient(self.timeout, self.connect_timeout, self.max_connections)
             self._clients[loop] = client
         return client
 
@@ -225,7 +226,7 @@ class LLMEngine:
                                  f"{resp.text[:200]!r}", self.base_url) from exc
         return data
 
-    async def _before_retry(self, op: str, attempt: int, why: str, headers: httpx.Headers | None) -> None:
+    async def _before_retry(self, op: str, attempt: int, why: str, headers: Mapping[str, str] | None) -> None:
         delay = retry_delay(attempt, headers)
         log.info("LLM engine at %s: %s failed (%s); retry %d in %.2f s", self.base_url, op, why, attempt + 1, delay)
         await asyncio.sleep(delay)

@@ -23,7 +23,7 @@ from llama_index.llms.openai_like import OpenAILike
 
 import ayo_langchain
 import ayo_llamaindex
-from ayo_core.engines import get_llm_engine, llm_client
+from ayo_core.engines import get_llm_engine, http_client
 from ayo_core.runtime import bridge, shared_schedulers
 from tests.ayo_llamaindex.li_helpers import QUESTIONS, TEXTS
 
@@ -98,21 +98,23 @@ def sent_priorities(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, str]]:
     """(priority, request text) of every generation request Ayo's engines put on the wire."""
     sent: list[tuple[Any, str]] = []
     lock = threading.Lock()
-    original = llm_client.LLMEngine._client
+    post, stream = http_client.AsyncHTTPClient.post, http_client.AsyncHTTPClient.stream
 
-    async def record(request: httpx.Request) -> None:
-        if request.url.path.endswith(("/chat/completions", "/completions")) and request.content:
-            body = json.loads(request.content)
+    def record(url: str, body: dict[str, Any]) -> None:
+        if url.endswith(("/chat/completions", "/completions")):
             with lock:
                 sent.append((body.get("priority"), json.dumps(body.get("messages") or body.get("prompt"))))
 
-    def client(self: Any) -> httpx.AsyncClient:
-        c = original(self)
-        if record not in c.event_hooks["request"]:
-            c.event_hooks["request"] = [*c.event_hooks["request"], record]
-        return c
+    async def recorded_post(self: Any, url: str, json: Any) -> Any:  # noqa: A002 - httpx's name
+        record(url, json)
+        return await post(self, url, json=json)
 
-    monkeypatch.setattr(llm_client.LLMEngine, "_client", client)
+    def recorded_stream(self: Any, method: str, url: str, json: Any) -> Any:  # noqa: A002
+        record(url, json)
+        return stream(self, method, url, json=json)
+
+    monkeypatch.setattr(http_client.AsyncHTTPClient, "post", recorded_post)
+    monkeypatch.setattr(http_client.AsyncHTTPClient, "stream", recorded_stream)
     return sent
 
 
