@@ -253,11 +253,16 @@ class LLMEngine:
                             raise self._status_error(op, resp.status_code, text)
                         retry_why, headers = f"HTTP {resp.status_code}", resp.headers
                     else:
-                        async for line in resp.aiter_lines():
+                        lines = resp.aiter_lines()
+                        async for line in lines:
                             if not line.startswith("data:"):
                                 continue
                             payload = line[5:].strip()
                             if payload == "[DONE]":
+                                # Read the body's end too: a stream left unfinished drops its
+                                # connection (the server sees the client hang up) instead of reusing it.
+                                async for _rest in lines:
+                                    pass
                                 return
                             yielded = True
                             yield self._event(payload, op)

@@ -26,6 +26,7 @@ class Server:
 
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
+        self.client_ports: list[int] = []
         self.client_left = threading.Event()
         outer = self
 
@@ -45,6 +46,7 @@ class Server:
             def do_POST(self) -> None:  # noqa: N802
                 raw = self._body()
                 outer.seen.append({"path": self.path, "headers": dict(self.headers), "raw": raw})
+                outer.client_ports.append(self.client_address[1])
                 if self.path == "/echo":
                     self._reply(200, raw)
                 elif self.path == "/status":
@@ -60,6 +62,18 @@ class Server:
                     for i in range(0, len(data), 7777):  # chunk borders inside lines and inside 'é'
                         self.wfile.write(data[i:i + 7777])
                         self.wfile.flush()
+                elif self.path == "/v1/chat/completions":  # vLLM's shape: chunked SSE ending in [DONE]
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    events = [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hi", " there")]
+                    for line in [f"data: {json.dumps(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]:
+                        data = line.encode()
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                        threading.Event().wait(0.01)  # the body's end arrives after [DONE], as from uvicorn
+                    self.wfile.write(b"0\r\n\r\n")
                 elif self.path == "/abort-watch":
                     self.send_response(200)
                     self.send_header("content-type", "text/event-stream")
@@ -182,3 +196,16 @@ def test_a_finished_loops_client_goes_quietly(server, caplog):
         gc.collect()
     assert len(engine._clients) <= 1
     assert not [r for r in caplog.records if "Unclosed" in r.getMessage()], caplog.text
+
+
+async def test_a_finished_stream_leaves_its_connection_for_the_next_request(server):
+    """Reading a stream to [DONE] must not drop the connection: the server would see the client
+    hang up (a proxy in between logs an aborted request) and every request would reconnect."""
+    engine = LLMEngine(server.url + "/v1")
+    texts = []
+    for _ in range(3):
+        result = await engine.chat([{"role": "user", "content": "hi"}], stream_cb=lambda _d: None)
+        texts.append(result.text)
+    assert texts == ["Hi there"] * 3
+    assert len(set(server.client_ports)) == 1, server.client_ports
+    await engine.aclose()
