@@ -123,10 +123,13 @@ class LLMRequestRecorder:
                     row["stream"] = True
                     response = web.StreamResponse(status=upstream.status, headers=out_headers)
                     await response.prepare(request)
-                    async for chunk in upstream.content.iter_any():
-                        counter.feed(chunk)
-                        await response.write(chunk)
-                    await response.write_eof()
+                    try:
+                        async for chunk in upstream.content.iter_any():
+                            counter.feed(chunk)
+                            await response.write(chunk)
+                        await response.write_eof()
+                    except ConnectionResetError:  # the client hung up (Ayo's early stop): recorded as aborted
+                        return response
                 else:
                     payload = await upstream.read()
                     row.update(usage_of(payload))

@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         with asyncio.Runner() as runner:
             runner.get_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
             result = runner.run(run(args, cfg))
+        from ayo_bench import provenance
+
+        result["provenance"] = provenance.collect(llm_url, started_by_ayo=True, dtype="float32")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
     return 0
