@@ -43,10 +43,16 @@ def load_results(folder: Path = RESULTS_DIR) -> tuple[dict[str, dict[str, Any]],
         if path.name.endswith(".trace.json"):
             continue
         data = json.loads(path.read_text())
-        if "app" not in data:
+        if not is_compare_result(path, data):
             continue
         (load if "load" in data else latency)[data["app"]] = data
     return latency, load
+
+
+def is_compare_result(path: Path, data: dict[str, Any]) -> bool:
+    """A row of the table: what `ayo compare APP` writes, ``APP.json`` or ``APP-load.json``. Other
+    benchmarks' files may name an app too (``load.json`` from ``benchmarks/load.py``) but are not rows."""
+    return "app" in data and path.stem.removesuffix("-load") == data["app"]
 
 
 def _interval(d: dict[str, Any]) -> str:
@@ -145,7 +151,7 @@ def check(readme: Path, folder: Path = RESULTS_DIR) -> list[tuple[str, str, str]
         data = json.loads(path.read_text()) if path.stat().st_size else {}
         prov = data.get("provenance")
         git = (prov or {}).get("git") or {}
-        in_table = "app" in data  # `ayo compare` results are the table's rows; other benchmarks' files are not
+        in_table = is_compare_result(path, data)  # the table's rows; other benchmarks' files are not
         if not prov:
             problems.append((path.name, PREDATES, f"{path.name}: no provenance (re-measure it with `ayo compare ... "
                              "--out benchmarks/results` or its benchmark script)"))

@@ -117,3 +117,14 @@ def test_check_cli_says_what_is_wrong(capsys: pytest.CaptureFixture[str]) -> Non
     assert readme_table.main(["--check", str(REPO / "README.md")]) == (1 if problems else 0)
     out = capsys.readouterr().out
     assert all(msg in out for _, _, msg in problems)  # today: "results predate provenance", file by file
+
+
+def test_another_benchmarks_file_naming_an_app_is_not_a_row(tmp_path: Path) -> None:
+    """``benchmarks/load.py`` writes ``load.json`` with ``"app"`` in it: not the table's row for that app,
+    and measured at its own commit without making the table stale."""
+    write_result(tmp_path, "search_augmented", provenance("abcdef1234567890"))
+    readme = readme_from(tmp_path)
+    (tmp_path / "load.json").write_text(json.dumps({"app": "search_augmented", "capacity_qps": 0.8, "levels": {},
+                                                    "provenance": provenance("0123456789abcdef")}))
+    assert readme_table.check(readme, tmp_path) == []
+    assert readme_table.render(tmp_path).count("| search_augmented |") == 1
