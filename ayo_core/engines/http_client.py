@@ -126,7 +126,7 @@ class AsyncHTTPClient:
         self._session = aiohttp.ClientSession(
             connector=_QuietConnector(limit=max_connections, keepalive_timeout=KEEPALIVE_S),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=timeout),
-            skip_auto_headers=("User-Agent",), auto_decompress=True)
+            skip_auto_headers=("User-Agent",))
         # Detached when this client is collected: an unclosed session would report itself
         # through its (possibly closed) loop; its connector closes quietly (see above).
         weakref.finalize(self, self._session.detach)
@@ -141,18 +141,18 @@ class AsyncHTTPClient:
     def _headers(self) -> dict[str, str]:
         return {**_JSON_HEADERS, **self.headers}
 
-    async def post(self, url: str, json: Any) -> Response:  # noqa: A002 - httpx's name
+    async def _fetch(self, method: str, url: str, **kwargs: Any) -> Response:
         async def send() -> Response:
-            async with self._session.post(url, data=_encode(json), headers=self._headers()) as raw:
+            async with self._session.request(method, url, **kwargs) as raw:
                 return Response(raw.status, raw.headers, await raw.read())
         return await _guarded(send())  # type: ignore[no-any-return]
 
+    async def post(self, url: str, json: Any) -> Response:  # noqa: A002 - httpx's name
+        return await self._fetch("POST", url, data=_encode(json), headers=self._headers())
+
     async def get(self, url: str, timeout: float | None = None) -> Response:
-        async def send() -> Response:
-            limit = aiohttp.ClientTimeout(total=timeout) if timeout is not None else None
-            async with self._session.get(url, headers=self.headers, timeout=limit) as raw:
-                return Response(raw.status, raw.headers, await raw.read())
-        return await _guarded(send())  # type: ignore[no-any-return]
+        limit = aiohttp.ClientTimeout(total=timeout) if timeout is not None else None
+        return await self._fetch("GET", url, headers=self.headers, timeout=limit)
 
     @asynccontextmanager
     async def stream(self, method: str, url: str, json: Any) -> AsyncIterator[StreamingResponse]:  # noqa: A002

@@ -42,6 +42,12 @@ FILL = textwrap.dedent('''
     print(client.get_collection("docs").count())
 ''')
 
+COUNT = textwrap.dedent('''
+    import sys
+    import chromadb
+    print(chromadb.PersistentClient(path=sys.argv[1]).get_collection("docs").count())
+''')
+
 CHILD = textwrap.dedent('''
     import json, sys, time
     import chromadb
@@ -104,10 +110,8 @@ def _read_only(folder: Path) -> None:
 
 
 def _count(folder: Path, home: Path) -> int:
-    out = subprocess.run([sys.executable, "-c", FILL.split("client = ")[0] + textwrap.dedent('''
-        client = chromadb.PersistentClient(path=sys.argv[1])
-        print(client.get_collection("docs").count())
-    '''), str(folder)], capture_output=True, text=True, check=True, env=_env(home), timeout=300)
+    out = subprocess.run([sys.executable, "-c", COUNT, str(folder)], capture_output=True, text=True, check=True,
+                         env=_env(home), timeout=300)
     return int(out.stdout.strip().splitlines()[-1])
 
 
