@@ -2,6 +2,7 @@
 
     python -m benchmarks.soak -n 200                         # the shared server at $AYO_LLM_URL
     python -m benchmarks.soak -n 1000 --apps naive_rag search_augmented --max-tokens 32
+    python -m benchmarks.soak -n 2000 --apps search_augmented graph sub_question chat --no-stock-baseline
 
 What it does (issue 16, "Soak"): the example apps (``examples/``, plain LlamaIndex / LangChain code)
 are built stock and optimized on one set of engines; stock answers every distinct question once, one
@@ -13,6 +14,8 @@ threads each with its own event loop and ``--per-loop`` concurrent coroutines (`
 Before the optimized run, the same jobs go through stock with the same callers: the apps' own growth
 (the LlamaIndex apps make and delete a Chroma collection per call, and Chroma keeps each deleted
 collection's files open and its index in memory), against which Ayo's growth is read.
+``--no-stock-baseline`` leaves that run out (a long soak over apps that make no collection per call,
+where the stock side's growth was measured on a shorter run).
 
 Printed and returned: mismatches with stock (the answer text), failures, jobs answered twice or never,
 resident memory growth after warm-up (target < 5 %), threads / file descriptors / tasks on Ayo's loop
@@ -289,7 +292,7 @@ def stock_growth(apps: list[App], jobs: list[Job], threads: int, loops: int, per
 
 
 def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, warmup: int, threads: int, loops: int,
-         per_loop: int, llm_url: str, chroma_dir: str) -> dict[str, Any]:
+         per_loop: int, llm_url: str, chroma_dir: str, stock_baseline: bool = True) -> dict[str, Any]:
     """Reference, warm-up, stock baseline, snapshot, the N jobs, snapshot: the figures (module docstring)."""
     server_before = server_in_flight(llm_url)  # a shared server may be busy with other clients
     t0 = time.perf_counter()
@@ -298,7 +301,7 @@ def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, wa
     warm_jobs = make_jobs(apps, questions, warmup)
     warm = check(run_callers(apps, warm_jobs, threads, loops, per_loop), warm_jobs, refs)
     jobs = make_jobs(apps, questions, n, start=warmup)
-    baseline = stock_growth(apps, jobs, threads, loops, per_loop, chroma_dir)
+    baseline = stock_growth(apps, jobs, threads, loops, per_loop, chroma_dir) if stock_baseline else None
     before = snapshot(chroma_dir)
     t1 = time.perf_counter()
     result = check(run_callers(apps, jobs, threads, loops, per_loop), jobs, refs)
@@ -307,7 +310,7 @@ def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, wa
     after = snapshot(chroma_dir)
     result.update({"stock_baseline": baseline,
                    "chroma_fds": [before.chroma_fds, after.chroma_fds],
-        "apps": [a.name for a in apps], "callers": {"threads": threads, "loops": loops, "per_loop": per_loop},
+        "apps": [a.name for a in apps], "jobs_per_adapter": jobs_per_adapter(apps, jobs), "callers": {"threads": threads, "loops": loops, "per_loop": per_loop},
         "warmup": {"jobs": warmup, **{k: warm[k] for k in ("mismatches", "failures")}},
         "stock_reference_s": t_ref, "soak_s": elapsed, "throughput_qps": n / elapsed if elapsed else 0.0,
         "rss_mib": [before.rss_mib, after.rss_mib], "rss_growth_pct": 100 * (after.rss_mib / before.rss_mib - 1),
@@ -322,6 +325,15 @@ def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, wa
     return result
 
 
+def jobs_per_adapter(apps: list[App], jobs: list[Job]) -> dict[str, int]:
+    """How many of the jobs went through each adapter (an example app names its ``FRAMEWORK``)."""
+    framework = {a.name: a.module.FRAMEWORK for a in apps}
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[framework[job.app]] = counts.get(framework[job.app], 0) + 1
+    return counts
+
+
 def print_figures(r: dict[str, Any]) -> None:
     print(f"soak: {r['jobs']} jobs over {', '.join(r['apps'])}; callers {r['callers']}; "
           f"{r['soak_s']:.1f} s ({r['throughput_qps']:.2f} q/s); stock reference {r['stock_reference_s']:.1f} s")
@@ -332,11 +344,12 @@ def print_figures(r: dict[str, Any]) -> None:
           f"tasks on Ayo's loop {r['ayo_loop_tasks'][0]} -> {r['ayo_loop_tasks'][1]}")
     print(f"  after malloc_trim: RSS {r['trimmed_rss_mib'][0]:.0f} -> {r['trimmed_rss_mib'][1]:.0f} MiB "
           f"({r['trimmed_rss_growth_pct']:+.2f} %; the rest is glibc arena slack, not held memory)")
-    b = r["stock_baseline"]
-    print(f"  stock, same jobs and callers: RSS {b['rss_growth_pct']:+.2f} % "
-          f"(after malloc_trim {b['trimmed_rss_growth_pct']:+.2f} %)  fds {b['fds'][0]} -> {b['fds'][1]}  "
-          f"({b['throughput_qps']:.2f} q/s, failures {b['failures']}); Chroma's files of deleted collections: "
-          f"stock {b['chroma_fds'][0]} -> {b['chroma_fds'][1]}, Ayo {r['chroma_fds'][0]} -> {r['chroma_fds'][1]}")
+    print(f"  jobs per adapter: {r['jobs_per_adapter']}")
+    if (b := r["stock_baseline"]) is not None:
+        print(f"  stock, same jobs and callers: RSS {b['rss_growth_pct']:+.2f} % "
+              f"(after malloc_trim {b['trimmed_rss_growth_pct']:+.2f} %)  fds {b['fds'][0]} -> {b['fds'][1]}  "
+              f"({b['throughput_qps']:.2f} q/s, failures {b['failures']}); Chroma's files of deleted collections: "
+              f"stock {b['chroma_fds'][0]} -> {b['chroma_fds'][1]}, Ayo {r['chroma_fds'][0]} -> {r['chroma_fds'][1]}")
     print(f"  in flight at the end: Ayo {r['ayo_in_flight']}, server (min over 5 s) {r['server_in_flight_min']}"
           f" (before the soak: {r['server_in_flight_min_before']})")
     for ex in r["mismatch_examples"] + r["failure_examples"]:
@@ -353,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loops", type=int, default=2, help="caller threads with their own event loop")
     parser.add_argument("--per-loop", type=int, default=3, help="concurrent coroutines per event loop")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--no-stock-baseline", dest="stock_baseline", action="store_false",
+                        help="skip the run of the same jobs through stock (the apps' own growth)")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -365,7 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         apps = build_apps(args.apps, cfg)
         questions = {a.name: load_questions(a.name, args.questions) for a in apps}
         result = soak(apps, questions, args.n, args.warmup, args.threads, args.loops, args.per_loop, llm_url,
-                      cfg.chroma_dir)
+                      cfg.chroma_dir, stock_baseline=args.stock_baseline)
+        from ayo_bench import provenance
+
+        result["provenance"] = provenance.collect(llm_url, started_by_ayo=True, dtype="float32")
     print_figures(result)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
