@@ -1,6 +1,15 @@
 """Agents (``create_agent``, ``create_react_agent``): each tool call starts as soon as its arguments
-are complete in the model's stream, while the rest of the message still decodes; and the next model
-call's prompt prefix is warmed while the tools run.
+are complete in the model's stream, while the rest of the message still decodes; the next model
+call's prompt prefix is warmed while the tools run; and ``create_agent``'s model calls go through
+Ayo's LLM engine.
+
+``create_agent``'s model node is LangGraph's function node closing over the user's chat model.
+Ayo's copy of the node runs the same function code over a copy of that model whose async client
+sends through Ayo's LLM engine (:mod:`ayo_shims.openai_client`: tool-calling requests included,
+streamed tool-call deltas passed on as the server sends them), so the request, the message and
+its callbacks are stock's while the request is Ayo's engine's (its cluster routing, retries,
+recording). The sync path (``invoke``) and ``create_react_agent``'s model (a prompt runnable piped
+into the bound model) stay the user's.
 
 Stock LangGraph runs an agent's tools once the model node has returned the whole message. When
 the model streams (under ``stream_mode="messages"`` / ``astream_events``, where LangGraph's
@@ -38,8 +47,10 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config, set_config_context
 from langchain_core.tools import StructuredTool
 
+from ayo_langchain import engines as eng
 from ayo_langchain.agent_warm import NextCallWarmer, NextCallWarms
 from ayo_shims import langgraph as lg
+from ayo_shims import openai_client
 
 log = logging.getLogger(__name__)
 MAX_UNTAKEN = 1024  # early starts kept for the tools node; older ones (never taken) are dropped
@@ -137,13 +148,33 @@ class ToolCallWatcher(AsyncCallbackHandler):
             self.early.start({"name": call["name"], "args": args, "id": call["id"]}, run_id)
 
 
-class EarlyToolsModelNode(Runnable):
-    """The agent's model node, watching its stream for complete tool calls (async, streaming only) and
-    warming the next model call once a message with tool calls is complete (async)."""
+def routed_model_node(node: Any) -> tuple[Any, Any] | None:
+    """``create_agent``'s model ``node`` over a routed copy of its chat model, and the LLM engine that
+    copy sends through; None when the node is not that function or its model is not a ``ChatOpenAI``
+    at a server of its own (then the model's own client sends, as stock)."""
+    from langchain_openai import ChatOpenAI
 
-    def __init__(self, bound: Runnable, early: EarlyToolCalls) -> None:
+    from ayo_langchain.runnable import routed_copy
+
+    model = lg.agent_model(node)
+    if type(model) is not ChatOpenAI or getattr(model, "include_response_headers", False):
+        return None
+    endpoint = eng.model_endpoint(model)
+    if endpoint is None:
+        return None
+    engine = eng.llm_engine(*endpoint, api_key=eng.model_api_key(model))
+    return lg.agent_model_node_with_model(node, routed_copy(model)), engine
+
+
+class EarlyToolsModelNode(Runnable):
+    """The agent's model node, watching its stream for complete tool calls (async, streaming only),
+    warming the next model call once a message with tool calls is complete (async), and, with an
+    ``engine``, sending its async model requests through that LLM engine."""
+
+    def __init__(self, bound: Runnable, early: EarlyToolCalls, engine: Any = None) -> None:
         self.bound = bound
         self.early = early
+        self.engine = engine  # None: the model's own client sends (a node routed_model_node left alone)
 
     def get_name(self, suffix: str | None = None, *, name: str | None = None) -> str:
         return self.bound.get_name(suffix, name=name)
@@ -165,7 +196,13 @@ class EarlyToolsModelNode(Runnable):
         # the agent's node code calls its model with the config of the running context (LangGraph set the
         # node's): run it in a context whose config carries the watcher, as LangGraph runs a node
         with set_config_context(watched) as context:
-            return await asyncio.create_task(self.bound.ainvoke(input, watched, **kwargs), context=context)
+            return await asyncio.create_task(self._call(input, watched, **kwargs), context=context)
+
+    async def _call(self, input: Any, config: RunnableConfig, **kwargs: Any) -> Any:
+        if self.engine is None:
+            return await self.bound.ainvoke(input, config, **kwargs)
+        with openai_client.route(openai_client.Route(self.engine)):  # the routed model copy sends to the engine
+            return await self.bound.ainvoke(input, config, **kwargs)
 
 
 def early_tool(tool: StructuredTool, early: EarlyToolCalls) -> StructuredTool:
@@ -202,7 +239,8 @@ def early_tool_nodes(nodes: dict[str, Any], agent_name: str | None = None
     tool_node = nodes[tools_name]
     tools = {name: t for name, t in tool_node.tools_by_name.items() if eligible(t)}
     early = EarlyToolCalls(tools, agent_name)
-    replaced: dict[str, Any] = {model_name: EarlyToolsModelNode(nodes[model_name], early)}
+    body, engine = routed_model_node(nodes[model_name]) or (nodes[model_name], None)
+    replaced: dict[str, Any] = {model_name: EarlyToolsModelNode(body, early, engine)}
     if tools:
         new_tools = {name: early_tool(t, early) if name in tools else t for name, t in tool_node.tools_by_name.items()}
         replaced[tools_name] = lg.tool_node_with_tools(tool_node, new_tools)

@@ -45,8 +45,10 @@ EARLY_TOOLS_REASON = "its tool calls start as soon as their arguments are comple
                      "the model streams)"
 WARM_REASON = "the next model call's prompt prefix is warmed while the tools run (async calls, where the device " \
               "rule allows)"
-AGENT_MODEL_REASON = ("the agent's model call with tools bound (LangGraph's own node code): Ayo's engine client "
-                      "does not carry tool-calling requests, so the model's own client sends it")
+AGENT_MODEL_REASON = ("the agent's model call with tools bound (LangGraph's own node code), sent by the model's own "
+                      "client: Ayo routes create_agent's ChatOpenAI at a server of its own, not this model node")
+AGENT_MODEL_ROUTED_REASON = ("the agent's model call with tools bound (LangGraph's own node code) runs over a copy of "
+                             "the user's chat model whose async requests go through Ayo's LLM engine")
 
 
 @dataclass
@@ -98,6 +100,8 @@ class GraphPlan:
         self.early_tools, replaced = found
         for node, body in replaced.items():
             self.new_nodes[node] = lg.with_bound(graph.nodes[node], body)
+            if getattr(body, "engine", None) is not None:
+                self.nodes[node].reason = f"{AGENT_MODEL_ROUTED_REASON} ({body.engine!r})"
             if self.early_tools.tools:
                 self.nodes[node].reason += f"; {EARLY_TOOLS_REASON}"
             if node in AGENT_MODEL_NODES:

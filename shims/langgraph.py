@@ -120,3 +120,49 @@ def makes_model_stream(callbacks: Any) -> bool:
 
     handlers = getattr(callbacks, "handlers", callbacks) or []
     return isinstance(handlers, list) and any(isinstance(h, _StreamingCallbackHandler) for h in handlers)
+
+
+def _agent_model_node_check() -> None:
+    import inspect
+
+    from langchain.agents import factory
+
+    source = inspect.getsource(factory.create_agent)
+    if "async def amodel_node" not in source or "model=model" not in source:
+        raise AttributeError("create_agent's model node no longer reads its chat model from the closure "
+                             "variable 'model' of amodel_node")
+
+
+AGENT_MODEL_CLOSURE = declare(
+    "langchain.agents.factory.create_agent.<locals>.amodel_node (closure variable 'model')", framework="langchain",
+    checked="1.x (checked 1.5.2)",
+    why="an agent's model node is LangGraph's function node closing over the user's chat model; Ayo's copy of the "
+        "node runs the same function code over a copy of the model whose client sends through Ayo's LLM engine",
+    check=all_of(_agent_model_node_check, has_attr("langgraph._internal._runnable", "RunnableCallable", "ainvoke")))
+
+
+def agent_model(node: Any) -> Any | None:
+    """The chat model an agent's model node (``create_agent``'s ``model``) closes over; None when the
+    node is not such a function node."""
+    afunc = getattr(node, "afunc", None)
+    code = getattr(afunc, "__code__", None)
+    if code is None or "model" not in code.co_freevars or not afunc.__closure__:
+        return None
+    return afunc.__closure__[code.co_freevars.index("model")].cell_contents
+
+
+def agent_model_node_with_model(node: Any, model: Any) -> Any:
+    """A shallow copy of the agent's model ``node`` whose async function is the same code closing over
+    ``model`` instead of the user's chat model (the sync function stays the user's)."""
+    import copy
+    import types
+
+    afunc = node.afunc
+    cells = list(afunc.__closure__)
+    cells[afunc.__code__.co_freevars.index("model")] = types.CellType(model)
+    new = types.FunctionType(afunc.__code__, afunc.__globals__, afunc.__name__, afunc.__defaults__, tuple(cells))
+    new.__kwdefaults__, new.__qualname__ = afunc.__kwdefaults__, afunc.__qualname__
+    new.__dict__.update(afunc.__dict__)
+    copied = copy.copy(node)
+    copied.afunc = new
+    return copied

@@ -7,8 +7,11 @@ into its own message / text, fires callbacks and maps errors in its own code. We
 of that: a *copy* of the user's model gets an async client resource whose
 ``create(**payload)`` sends the very payload the stock client would send through the LLM
 engine (priority, stream callbacks, application context), and answers with what the
-OpenAI SDK would have parsed. Anything the engine does not speak (tools, response
-formats, ``n > 1``, logprobs) goes to the original client.
+OpenAI SDK would have parsed. Tool-calling requests (``tools``, ``tool_choice``,
+``parallel_tool_calls``) go through the engine too: a non-streamed one as one request whose
+body comes back as the server wrote it, a streamed one with the server's tool-call deltas
+passed on chunk by chunk. Anything the engine does not speak (response formats, ``n > 1``,
+logprobs) goes to the original client.
 
 The engine to use is taken from a context variable that a graph node sets around its
 model call (:func:`route`), so the same model copy serves every query of a batch. Nothing
@@ -38,9 +41,18 @@ _CHAT_KEYS = {
     "max_completion_tokens", "stop", "top_p", "seed", "presence_penalty",
     "frequency_penalty", "n", "extra_body", "logprobs", "top_logprobs", "logit_bias", "user",
 }
+_TOOL_KEYS = {"tools", "tool_choice", "parallel_tool_calls"}
 _COMPLETION_KEYS = (_CHAT_KEYS - {"messages", "max_completion_tokens"}) | {"prompt", "best_of", "echo", "suffix"}
+_CHAT_KEYS |= _TOOL_KEYS
 _ids = itertools.count()
 _TIMED_OUT = object()
+
+
+@dataclass
+class _ToolDeltas:
+    """A stream event's ``delta.tool_calls`` (in the shim's chunk queue, beside text deltas)."""
+
+    deltas: list[dict[str, Any]]
 
 
 @dataclass
@@ -243,7 +255,8 @@ class _ShimBase:
     async def _stream(self, r: Route, payload: dict) -> _Stream:
         return _Stream(self._chunks(r, payload))
 
-    async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None) -> Any:
+    async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None,
+                    on_tool_delta: Callable[[list[dict]], None] | None = None) -> Any:
         raise NotImplementedError
 
     async def _once(self, r: Route, payload: dict) -> dict:
@@ -258,7 +271,10 @@ class _ShimBase:
                 r.on_delta(text)
             queue.put_nowait(text)
 
-        task = asyncio.ensure_future(self._call(r, payload, on_delta))
+        def on_tool_delta(deltas: list[dict]) -> None:
+            queue.put_nowait(_ToolDeltas(deltas))
+
+        task = asyncio.ensure_future(self._call(r, payload, on_delta, on_tool_delta))
         task.add_done_callback(lambda _t: queue.put_nowait(None))
         rid, created = f"ayo-{next(_ids)}", int(time.time())
         sent = False
@@ -273,7 +289,8 @@ class _ShimBase:
                     if not sent and self.opening_chunk:
                         yield self._chunk(rid, created, payload, "", None, first=True)
                     sent = True
-                    yield self._chunk(rid, created, payload, delta, None)
+                    yield (self._tool_chunk(rid, created, payload, delta.deltas) if isinstance(delta, _ToolDeltas)
+                           else self._chunk(rid, created, payload, delta, None))
             if task.exception() is not None and not sent and isinstance(task.exception(), self.engine_errors):
                 async for chunk in _sdk_chunks(await self._fallback(payload, task.exception())):
                     yield chunk
@@ -306,6 +323,11 @@ class _ShimBase:
 
     def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
         raise NotImplementedError
+
+    def _tool_chunk(self, rid: str, created: int, payload: dict, deltas: list[dict]) -> dict:
+        """A chunk carrying the server's tool-call deltas (chat only: completions have no tools)."""
+        return {"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),
+                "choices": [{"index": 0, "delta": {"tool_calls": deltas}, "finish_reason": None, "logprobs": None}]}
 
 
 async def _sdk_chunks(stream: Any) -> AsyncIterator[dict]:
@@ -368,20 +390,36 @@ def _usage(result: Any) -> dict[str, Any]:
     return usage
 
 
+def _message(result: Any) -> dict[str, Any]:
+    """The assistant message of an answer the engine did not return whole (OpenAI's shape: no text
+    beside tool calls is ``content: None``)."""
+    calls = getattr(result, "tool_calls", None)
+    if not calls:
+        return {"role": "assistant", "content": result.text}
+    return {"role": "assistant", "content": result.text or None, "tool_calls": calls}
+
+
 class ChatCompletionsShim(_ShimBase):
     """Stands in for ``AsyncOpenAI().chat.completions`` on a copy of a ``ChatOpenAI``."""
 
     keys = _CHAT_KEYS
     object_name = "chat.completion.chunk"
 
-    async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None) -> Any:
+    async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None,
+                    on_tool_delta: Callable[[list[dict]], None] | None = None) -> Any:
         kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "messages"})
         if r.priority is not None:
             kwargs["priority"] = r.priority
+        if on_tool_delta is not None and payload.get("tools"):
+            kwargs["tool_call_cb"] = on_tool_delta
+        if payload.get("stream") is False:
+            kwargs["stream"] = False  # as the SDK sends it (a streamed engine call sets its own)
         return await r.llm.chat(payload["messages"], stream_cb=on_delta, max_retries=self.max_retries, **kwargs)
 
     async def _once(self, r: Route, payload: dict) -> Any:
-        result = await self._call(r, payload, r.on_delta)
+        # A request with tools is not streamed for a listener: the server's own non-streamed body
+        # (its tool-call parser's arguments, as stock receives them) comes back as it is.
+        result = await self._call(r, payload, None if payload.get("tools") else r.on_delta)
         if _is_full_body(result.raw, "chat.completion"):
             # the server's own answer, parsed as the SDK parses it: the same message, metadata, extras
             from openai.types.chat import ChatCompletion
@@ -394,7 +432,7 @@ class ChatCompletionsShim(_ShimBase):
             "model": payload.get("model"),
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": result.text},
+                "message": _message(result),
                 "finish_reason": result.finish_reason or "stop",
             }],
             "usage": _usage(result),
@@ -415,7 +453,8 @@ class CompletionsShim(_ShimBase):
     object_name = "text_completion"
     opening_chunk = False
 
-    async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None) -> Any:
+    async def _call(self, r: Route, payload: dict, on_delta: Callable[[str], None] | None,
+                    on_tool_delta: Callable[[list[dict]], None] | None = None) -> Any:
         # the prompt goes as the payload has it (BaseOpenAI sends a one-item list)
         prompt = payload["prompt"]
         kwargs = engine_kwargs(payload, {"model", "stream", "stream_options", "prompt"})

@@ -73,6 +73,7 @@ class _Delivered:
     """How much of a streamed answer its consumer has seen (to resume after a failover)."""
 
     chars: int = 0
+    tool_events: int = 0  # stream events with tool-call deltas handed on
 
 
 def _work(blocks: tuple[int, ...], max_tokens: int | None) -> float:
@@ -236,10 +237,13 @@ class ClusterLLMEngine(ReplicaPool):
     async def _generate(self, method: str, first: Any, blocks: tuple[int, ...], max_tokens: int | None,
                         priority: int, stream_cb: Any, kwargs: dict[str, Any]) -> LLMResult:
         delivered = _Delivered()
+        tool_cb = kwargs.pop("tool_call_cb", None)
 
         async def call(engine: Any) -> LLMResult:
             cb = None if stream_cb is None else _resuming_callback(stream_cb, delivered)
-            extra = {} if cb is None else {"stream_cb": cb}
+            extra: dict[str, Any] = {} if cb is None else {"stream_cb": cb}
+            if tool_cb is not None:
+                extra["tool_call_cb"] = _resuming_tool_callback(tool_cb, delivered)
             return await getattr(engine, method)(first, max_tokens=max_tokens, priority=priority, **extra, **kwargs)
 
         return await self._dispatch(blocks, _work(blocks, max_tokens), priority, call)
@@ -351,5 +355,21 @@ def _resuming_callback(stream_cb: Any, delivered: _Delivered) -> Callable[[str],
         part = delta[max(0, delivered.chars - start):]
         delivered.chars += len(part)
         return stream_cb(part)
+
+    return cb
+
+
+def _resuming_tool_callback(tool_call_cb: Any, delivered: _Delivered) -> Callable[[list[dict[str, Any]]], Any]:
+    """Like :func:`_resuming_callback` for a stream's tool-call deltas: an attempt after a failover
+    passes on only the events beyond those earlier attempts delivered (greedy decoding repeats them)."""
+    seen = 0
+
+    def cb(deltas: list[dict[str, Any]]) -> Any:
+        nonlocal seen
+        seen += 1
+        if seen <= delivered.tool_events:
+            return None
+        delivered.tool_events += 1
+        return tool_call_cb(deltas)
 
     return cb

@@ -341,6 +341,7 @@ class ActorLLM:
         self.actor, self.endpoint = actor, endpoint
 
     async def _generate(self, method: str, first: Any, stream_cb: Any, kwargs: dict[str, Any]) -> Any:
+        kwargs = {k: v for k, v in kwargs.items() if k != "tool_call_cb"}  # a callback does not cross Ray
         result = await getattr(self.actor, method).remote(first, **kwargs)
         if stream_cb is not None and result.text:
             maybe = stream_cb(result.text)  # one delta: a fake replica does not stream across Ray

@@ -30,6 +30,8 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 Prompt = str | list[int]
 Messages = list[dict[str, Any]]
 StreamCallback = Callable[[str], None] | Callable[[str], Awaitable[None]]
+# Called with each stream event's ``delta.tool_calls`` list, as the server sent it.
+ToolCallCallback = Callable[[list[dict[str, Any]]], None]
 
 
 class LLMEngineError(RuntimeError):
@@ -67,6 +69,23 @@ class LLMResult:
     cached_tokens: int = 0
     finish_reason: str | None = None
     raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # last JSON body (logprobs...)
+    # a chat answer's tool calls (OpenAI's shape); a stream's deltas merged by their index
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+def merge_tool_call_deltas(calls: list[dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
+    """Fold a stream event's ``delta.tool_calls`` into ``calls``, as the OpenAI SDK's stream
+    accumulator does: fields of the call at the same ``index`` are set once, ``arguments`` appended."""
+    for delta in deltas:
+        index = delta.get("index", 0)
+        while len(calls) <= index:
+            calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        call = calls[index]
+        call["id"] = call["id"] or delta.get("id")
+        call["type"] = delta.get("type") or call["type"]
+        function = delta.get("function") or {}
+        call["function"]["name"] = call["function"]["name"] or function.get("name") or ""
+        call["function"]["arguments"] += function.get("arguments") or ""
 
 
 def _usage_into(result: LLMResult, usage: dict[str, Any] | None) -> None:
@@ -302,14 +321,15 @@ class LLMEngine:
         body.update(extra)
         return body
 
-    async def _generate(self, path: str, body: dict[str, Any], chat: bool,
-                        stream_cb: StreamCallback | None, max_retries: int) -> LLMResult:
+    async def _generate(self, path: str, body: dict[str, Any], chat: bool, stream_cb: StreamCallback | None,
+                        max_retries: int, tool_call_cb: ToolCallCallback | None = None) -> LLMResult:
         op = f"POST {path}"
         url = self.base_url + path
         if stream_cb is None:
             data = await self._post(url, body, op, max_retries)
             choice = (data.get("choices") or [{}])[0]
             result = LLMResult(_choice_text(choice, chat, False), finish_reason=choice.get("finish_reason"), raw=data)
+            result.tool_calls = (choice.get("message") or {}).get("tool_calls") if chat else None
             _usage_into(result, data.get("usage"))
             return result
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
@@ -319,6 +339,12 @@ class LLMEngine:
         try:
             async for event in events:
                 for choice in event.get("choices") or []:
+                    if chat and (tool_deltas := (choice.get("delta") or {}).get("tool_calls")):
+                        if result.tool_calls is None:
+                            result.tool_calls = []
+                        merge_tool_call_deltas(result.tool_calls, tool_deltas)
+                        if tool_call_cb is not None:
+                            tool_call_cb(tool_deltas)
                     delta = _choice_text(choice, chat, True)
                     if delta:
                         parts.append(delta)
@@ -351,11 +377,14 @@ class LLMEngine:
 
     async def chat(self, messages: Messages, max_tokens: int | None = None, temperature: float | None = 0.0,
                    stop: str | list[str] | None = None, priority: int = 0,
-                   stream_cb: StreamCallback | None = None, max_retries: int = 0, **extra: Any) -> LLMResult:
-        """``/v1/chat/completions``; same options as ``complete``."""
+                   stream_cb: StreamCallback | None = None, max_retries: int = 0,
+                   tool_call_cb: ToolCallCallback | None = None, **extra: Any) -> LLMResult:
+        """``/v1/chat/completions``; same options as ``complete``. ``tools``, ``tool_choice`` ... go in
+        ``extra``; the answer's calls are ``LLMResult.tool_calls``. When streamed, ``tool_call_cb`` gets
+        each event's ``delta.tool_calls`` as it arrives (in order with ``stream_cb``'s text)."""
         body = self._body(max_tokens, temperature, stop, priority, extra)
         body["messages"] = messages
-        return await self._generate("/chat/completions", body, True, stream_cb, max_retries)
+        return await self._generate("/chat/completions", body, True, stream_cb, max_retries, tool_call_cb)
 
     async def stream_complete(self, prompt: Prompt, max_tokens: int | None = None,
                               temperature: float | None = 0.0, stop: str | list[str] | None = None,

@@ -24,7 +24,8 @@ from langgraph.prebuilt import create_react_agent
 from lc_helpers import MODEL
 
 import ayo_langchain
-from ayo_langchain.graph import AGENT_MODEL_REASON
+from ayo_core.engines.llm_client import LLMEngine
+from ayo_langchain.graph import AGENT_MODEL_REASON, AGENT_MODEL_ROUTED_REASON
 
 pytestmark = [pytest.mark.llm, pytest.mark.timeout(900)]
 
@@ -73,7 +74,8 @@ def test_agent_nodes_run_as_the_users_objects_with_reasons(tools_llm_url: str, k
     fast = ayo_langchain.optimize(stock)
     model_node = "model" if kind == "create_agent" else "agent"
     plans = fast.ayo_plan.nodes
-    assert plans[model_node].kind == "opaque" and plans[model_node].reason.startswith(AGENT_MODEL_REASON)
+    reason = AGENT_MODEL_ROUTED_REASON if kind == "create_agent" else AGENT_MODEL_REASON
+    assert plans[model_node].kind == "opaque" and plans[model_node].reason.startswith(reason)
     assert plans["tools"].kind == "opaque" and "ToolNode" in plans["tools"].reason
     # both tools are plain @tool functions: their calls start from the model's stream (when it streams)
     assert "start as soon as their arguments are complete" in plans["tools"].reason
@@ -92,6 +94,38 @@ def test_agent_equivalence_64_tokens(tools_llm_url: str, kind: str) -> None:
     assert [canon(s) for s in fast.batch(inputs)] == want
     assert [canon(s) for s in asyncio.run(fast.abatch(inputs))] == want
     assert any(len(str(s[-1][1]).split()) > 25 for s in want)  # long answers
+
+
+def test_create_agents_async_model_requests_go_through_ayos_engine(tools_llm_url: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model node's requests (tools bound) are sent by Ayo's LLM engine, invoked and streamed, with
+    stock's conversation; the sync path stays the model's own client."""
+    stock = agents(tools_llm_url, 32)["create_agent"]
+    fast = ayo_langchain.optimize(stock)
+    sent: list[dict[str, Any]] = []
+    chat = LLMEngine.chat
+
+    async def counted(self: LLMEngine, messages: Any, **kw: Any) -> Any:
+        sent.append(kw)
+        return await chat(self, messages, **kw)
+
+    monkeypatch.setattr(LLMEngine, "chat", counted)
+    inputs = [{"messages": [("user", q)]} for q in QUESTIONS[:3]]
+    want = [canon(s) for s in stock.batch(inputs)]
+    assert not sent  # stock's requests are its own client's
+    assert [canon(s) for s in asyncio.run(fast.abatch(inputs))] == want
+    assert len(sent) >= len(inputs) and all({t["function"]["name"] for t in kw["tools"]} == {"search", "calculator"}
+                                            for kw in sent)
+
+    async def streamed(graph: Any, x: Any) -> list[tuple[str, str]]:
+        return [(m["langgraph_node"], c.content) async for c, m in graph.astream(x, stream_mode="messages")]
+
+    before = len(sent)
+    assert asyncio.run(streamed(fast, inputs[0])) == asyncio.run(streamed(stock, inputs[0]))
+    assert len(sent) > before and sent[-1].get("stream_cb") is not None  # streamed through the engine
+    before = len(sent)
+    assert canon(fast.invoke(inputs[0])) == want[0]
+    assert len(sent) == before  # the sync path: the model's own client
 
 
 def test_agent_stream_modes_and_callbacks(tools_llm_url: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 from ayo_core.cluster.engine import ClusterLLMEngine, is_replica_failure, static_replicas
 from ayo_core.cluster.replicas import parse_vllm_metrics
 from ayo_core.cluster.routing import ReplicaLoad, get_router, prompt_blocks
-from ayo_core.engines.llm_client import LLMEngineError, LLMRequestError
+from ayo_core.engines.llm_client import LLMEngineError, LLMRequestError, LLMResult
 from ayo_core.runtime.fakes import FakeLLM, LatencyModel
 
 
@@ -77,6 +77,34 @@ async def test_failover_resends_and_a_stream_resumes_without_repeats():
     assert [r.text for r in results] == expected
     assert all("".join(parts[p]) == e for p, e in zip(prompts, expected, strict=True))
     assert engine.resent >= 1 and not engine.replicas["dying"].load.alive
+
+
+class ToolCallingLLM:
+    """Streams two tool-call events; with ``dies``, the first event goes out and then the server dies."""
+
+    model = "fake"
+
+    def __init__(self, dies: bool) -> None:
+        self.dies = dies
+
+    async def chat(self, messages, stream_cb=None, tool_call_cb=None, **kw):
+        events = [[{"index": 0, "id": "c1", "function": {"name": "add", "arguments": ""}}],
+                  [{"index": 0, "function": {"arguments": "{}"}}]]
+        for n, event in enumerate(events):
+            if self.dies and n == 1:
+                raise LLMEngineError("server closed the connection", "http://dead")
+            tool_call_cb(event)
+        return LLMResult("", finish_reason="tool_calls")
+
+
+async def test_a_failover_resumes_a_streams_tool_call_deltas_without_repeats():
+    engine = ClusterLLMEngine(static_replicas([("dying", ToolCallingLLM(dies=True)), ("ok", ToolCallingLLM(False))]),
+                              router="round_robin")
+    seen: list = []
+    result = await engine.chat([{"role": "user", "content": "hi"}], tool_call_cb=seen.append)
+    assert result.finish_reason == "tool_calls" and engine.resent == 1
+    assert seen == [[{"index": 0, "id": "c1", "function": {"name": "add", "arguments": ""}}],
+                    [{"index": 0, "function": {"arguments": "{}"}}]]
 
 
 async def test_no_live_replica_fails_with_a_clear_error():
