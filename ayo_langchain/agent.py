@@ -149,21 +149,41 @@ class ToolCallWatcher(AsyncCallbackHandler):
 
 
 def routed_model_node(node: Any) -> tuple[Any, Any] | None:
-    """``create_agent``'s model ``node`` over a routed copy of its chat model, and the LLM engine that
-    copy sends through; None when the node is not that function or its model is not a ``ChatOpenAI``
-    at a server of its own (then the model's own client sends, as stock)."""
+    """The agent's model ``node`` over a routed copy of its chat model, and the LLM engine that copy
+    sends through; None when the node is not an agent's model function or its model is not a
+    ``ChatOpenAI`` at a server of its own (then the model's own client sends, as stock)."""
     from langchain_openai import ChatOpenAI
 
-    from ayo_langchain.runnable import routed_copy
+    from ayo_langchain.runnable import rebind, routed_copy
 
-    model = lg.agent_model(node)
+    found = lg.agent_model(node)
+    if found is None:
+        return None
+    variable, held = found
+    model = chat_model_in(held)
     if type(model) is not ChatOpenAI or getattr(model, "include_response_headers", False):
         return None
     endpoint = eng.model_endpoint(model)
     if endpoint is None:
         return None
     engine = eng.llm_engine(*endpoint, api_key=eng.model_api_key(model))
-    return lg.agent_model_node_with_model(node, routed_copy(model)), engine
+    try:
+        replacement = rebind(held, model, routed_copy(model))
+    except TypeError:  # a composition around the model this copy cannot rebuild: the model's own client
+        return None
+    return lg.agent_model_node_with(node, variable, replacement), engine
+
+
+def chat_model_in(held: Any) -> Any:
+    """The chat model an agent's node holds: itself, inside bindings (``bind_tools``), or the last step of
+    a sequence (``create_react_agent``'s ``prompt | model``)."""
+    from langchain_core.runnables import RunnableBinding, RunnableSequence
+
+    if isinstance(held, RunnableSequence):
+        return chat_model_in(held.last)
+    if isinstance(held, RunnableBinding):
+        return chat_model_in(held.bound)
+    return held
 
 
 class EarlyToolsModelNode(Runnable):

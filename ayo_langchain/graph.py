@@ -46,7 +46,7 @@ EARLY_TOOLS_REASON = "its tool calls start as soon as their arguments are comple
 WARM_REASON = "the next model call's prompt prefix is warmed while the tools run (async calls, where the device " \
               "rule allows)"
 AGENT_MODEL_REASON = ("the agent's model call with tools bound (LangGraph's own node code), sent by the model's own "
-                      "client: Ayo routes create_agent's ChatOpenAI at a server of its own, not this model node")
+                      "client: not a ChatOpenAI at a server of its own, or a model chosen per call")
 AGENT_MODEL_ROUTED_REASON = ("the agent's model call with tools bound (LangGraph's own node code) runs over a copy of "
                              "the user's chat model whose async requests go through Ayo's LLM engine")
 

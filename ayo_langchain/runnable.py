@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableSequence
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import (
     ensure_config,
@@ -87,12 +87,15 @@ def routed_copy(model: Any) -> Any:
     return shims.with_async_client(model, lambda client: shim(client, engine_errors=(LLMEngineError,)))
 
 
-def _rebind(runnable: Any, leaf: Any, copy: Any) -> Any:
-    """``runnable`` (the model or bindings around it) with the model replaced by ``copy``."""
+def rebind(runnable: Any, leaf: Any, copy: Any) -> Any:
+    """``runnable`` (the model, bindings around it, or a sequence ending in those) with the model
+    replaced by ``copy``."""
     if runnable is leaf:
         return copy
     if isinstance(runnable, RunnableBinding):
-        return runnable.model_copy(update={"bound": _rebind(runnable.bound, leaf, copy)})
+        return runnable.model_copy(update={"bound": rebind(runnable.bound, leaf, copy)})
+    if isinstance(runnable, RunnableSequence):
+        return RunnableSequence(*runnable.steps[:-1], rebind(runnable.last, leaf, copy), name=runnable.name)
     raise TypeError(f"cannot reach the model inside {type(runnable).__name__}")
 
 
@@ -214,7 +217,7 @@ class Plan:
         if self.llm_endpoint is None and self.llm is not None:
             self.llm_endpoint = (eng.normalize_url(self.llm.base_url), self.llm.model)
         if endpoint == self.llm_endpoint and id(m) not in self.routed:
-            self.routed[id(m)] = _rebind(m.runnable, m.model, routed_copy(m.model))
+            self.routed[id(m)] = rebind(m.runnable, m.model, routed_copy(m.model))
 
 
 class OptimizedRunnable(Runnable):

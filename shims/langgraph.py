@@ -133,33 +133,58 @@ def _agent_model_node_check() -> None:
                              "variable 'model' of amodel_node")
 
 
+def _react_agent_model_check() -> None:
+    import inspect
+
+    from langgraph.prebuilt import chat_agent_executor
+
+    source = inspect.getsource(chat_agent_executor.create_react_agent)
+    if "async def acall_model" not in source or "static_model.ainvoke" not in source:
+        raise AttributeError("create_react_agent's model node no longer calls the closure variable "
+                             "'static_model' (prompt | bound model) in acall_model")
+
+
 AGENT_MODEL_CLOSURE = declare(
     "langchain.agents.factory.create_agent.<locals>.amodel_node (closure variable 'model')", framework="langchain",
     checked="1.x (checked 1.5.2)",
     why="an agent's model node is LangGraph's function node closing over the user's chat model; Ayo's copy of the "
         "node runs the same function code over a copy of the model whose client sends through Ayo's LLM engine",
     check=all_of(_agent_model_node_check, has_attr("langgraph._internal._runnable", "RunnableCallable", "ainvoke")))
+REACT_AGENT_MODEL_CLOSURE = declare(
+    "langgraph.prebuilt.chat_agent_executor.create_react_agent.<locals>.acall_model (closure variable "
+    "'static_model')", framework="langgraph-prebuilt", checked="1.x (checked 1.1.3)",
+    why="the same for LangGraph's prebuilt ReAct agent, whose node closes over its prompt piped into the bound model",
+    check=_react_agent_model_check)
+# the closure variable that holds the model, per agent kind (a dynamic model, chosen per call, is left alone)
+AGENT_MODEL_VARIABLES = ("model", "static_model")
 
 
-def agent_model(node: Any) -> Any | None:
-    """The chat model an agent's model node (``create_agent``'s ``model``) closes over; None when the
-    node is not such a function node."""
+def agent_model(node: Any) -> tuple[str, Any] | None:
+    """(closure variable, what it holds) for the chat model an agent's model node closes over
+    (``create_agent``: the model; ``create_react_agent``: its prompt piped into the bound model);
+    None when the node is not such a function node."""
     afunc = getattr(node, "afunc", None)
     code = getattr(afunc, "__code__", None)
-    if code is None or "model" not in code.co_freevars or not afunc.__closure__:
+    if code is None or not afunc.__closure__:
         return None
-    return afunc.__closure__[code.co_freevars.index("model")].cell_contents
+    cells = dict(zip(code.co_freevars, afunc.__closure__, strict=True))
+    if cells.get("is_dynamic_model") is not None and cells["is_dynamic_model"].cell_contents:
+        return None
+    for name in AGENT_MODEL_VARIABLES:
+        if name in cells and cells[name].cell_contents is not None:
+            return name, cells[name].cell_contents
+    return None
 
 
-def agent_model_node_with_model(node: Any, model: Any) -> Any:
-    """A shallow copy of the agent's model ``node`` whose async function is the same code closing over
-    ``model`` instead of the user's chat model (the sync function stays the user's)."""
+def agent_model_node_with(node: Any, variable: str, value: Any) -> Any:
+    """A shallow copy of the agent's model ``node`` whose async function is the same code with the closure
+    ``variable`` holding ``value`` (the sync function stays the user's)."""
     import copy
     import types
 
     afunc = node.afunc
     cells = list(afunc.__closure__)
-    cells[afunc.__code__.co_freevars.index("model")] = types.CellType(model)
+    cells[afunc.__code__.co_freevars.index(variable)] = types.CellType(value)
     new = types.FunctionType(afunc.__code__, afunc.__globals__, afunc.__name__, afunc.__defaults__, tuple(cells))
     new.__kwdefaults__, new.__qualname__ = afunc.__kwdefaults__, afunc.__qualname__
     new.__dict__.update(afunc.__dict__)

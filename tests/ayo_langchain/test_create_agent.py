@@ -26,6 +26,7 @@ from lc_helpers import MODEL
 import ayo_langchain
 from ayo_core.engines.llm_client import LLMEngine
 from ayo_langchain.graph import AGENT_MODEL_REASON, AGENT_MODEL_ROUTED_REASON
+from ayo_shims import langgraph as lg
 
 pytestmark = [pytest.mark.llm, pytest.mark.timeout(900)]
 
@@ -74,8 +75,7 @@ def test_agent_nodes_run_as_the_users_objects_with_reasons(tools_llm_url: str, k
     fast = ayo_langchain.optimize(stock)
     model_node = "model" if kind == "create_agent" else "agent"
     plans = fast.ayo_plan.nodes
-    reason = AGENT_MODEL_ROUTED_REASON if kind == "create_agent" else AGENT_MODEL_REASON
-    assert plans[model_node].kind == "opaque" and plans[model_node].reason.startswith(reason)
+    assert plans[model_node].kind == "opaque" and plans[model_node].reason.startswith(AGENT_MODEL_ROUTED_REASON)
     assert plans["tools"].kind == "opaque" and "ToolNode" in plans["tools"].reason
     # both tools are plain @tool functions: their calls start from the model's stream (when it streams)
     assert "start as soon as their arguments are complete" in plans["tools"].reason
@@ -96,11 +96,12 @@ def test_agent_equivalence_64_tokens(tools_llm_url: str, kind: str) -> None:
     assert any(len(str(s[-1][1]).split()) > 25 for s in want)  # long answers
 
 
-def test_create_agents_async_model_requests_go_through_ayos_engine(tools_llm_url: str,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kind", ["create_agent", "create_react_agent"])
+def test_an_agents_async_model_requests_go_through_ayos_engine(tools_llm_url: str, kind: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The model node's requests (tools bound) are sent by Ayo's LLM engine, invoked and streamed, with
     stock's conversation; the sync path stays the model's own client."""
-    stock = agents(tools_llm_url, 32)["create_agent"]
+    stock = agents(tools_llm_url, 32)[kind]
     fast = ayo_langchain.optimize(stock)
     sent: list[dict[str, Any]] = []
     chat = LLMEngine.chat
@@ -205,3 +206,11 @@ def test_agent_whose_tool_raises_behaves_as_stock(kind: str) -> None:
         assert any(t == "tool" and "division by zero" in c for t, c, _ in want)
     else:
         assert want[0] == "ZeroDivisionError"
+
+
+def test_an_agent_whose_model_ayo_does_not_serve_keeps_its_own_client() -> None:
+    """A chat model that is not a ChatOpenAI at a server of its own: the model node runs as stock's."""
+    graph = create_agent(scripted(), [search, calculator])
+    fast = ayo_langchain.optimize(graph)
+    assert fast.ayo_plan.nodes["model"].reason.startswith(AGENT_MODEL_REASON)
+    assert getattr(lg.node_bound(fast.nodes["model"]), "engine", "absent") is None
