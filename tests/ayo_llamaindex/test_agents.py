@@ -105,16 +105,21 @@ def test_a_tool_that_raises_behaves_as_stock(tools_llm_url: str) -> None:
         return FunctionAgent(tools=[lookup_weather], llm=make_llm(tools_llm_url, 32, tools=True),
                              initial_tool_choice="lookup_weather")
 
-    async def main() -> list[tuple[Any, Any]]:
+    async def main() -> tuple[list[tuple[Any, Any]], Any]:
         fast = ayo_llamaindex.optimize(agent())
-        return [(await run_agent(agent(), q), await run_agent(fast, q))
-                for q in ["What is the weather in Rome?", "Is it raining in Oslo?"]]
+        pairs = [(await run_agent(agent(), q), await run_agent(fast, q))
+                 for q in ["What is the weather in Rome?", "Is it raining in Oslo?"]]
+        await fast.last_run.finished()
+        return pairs, fast
 
-    for want, got in asyncio.run(main()):
+    pairs, fast = asyncio.run(main())
+    for want, got in pairs:
         assert got == want
         results = [e for name, e in want[1] if name == ToolCallResult.__name__]
         assert results and results[0]["tool_output"]["is_error"]
         assert "weather service for" in results[0]["tool_output"]["blocks"][0]["text"]
+    # the model calls with tools (streamed, the first one forced) went to Ayo's LLM engine from the step node
+    assert sum(c.node.startswith("step.run_agent_step.") for c in fast.last_trace.engine_calls) >= 2
 
 
 def test_agent_workflow_matches_stock(llm_url: str) -> None:
