@@ -1,15 +1,16 @@
 """Agents (``create_agent``, ``create_react_agent``): each tool call starts as soon as its arguments
 are complete in the model's stream, while the rest of the message still decodes; the next model
-call's prompt prefix is warmed while the tools run; and ``create_agent``'s model calls go through
+call's prompt prefix is warmed while the tools run; and the agent's async model calls go through
 Ayo's LLM engine.
 
-``create_agent``'s model node is LangGraph's function node closing over the user's chat model.
-Ayo's copy of the node runs the same function code over a copy of that model whose async client
-sends through Ayo's LLM engine (:mod:`ayo_shims.openai_client`: tool-calling requests included,
-streamed tool-call deltas passed on as the server sends them), so the request, the message and
-its callbacks are stock's while the request is Ayo's engine's (its cluster routing, retries,
-recording). The sync path (``invoke``) and ``create_react_agent``'s model (a prompt runnable piped
-into the bound model) stay the user's.
+An agent's model node is LangGraph's function node closing over the user's chat model
+(``create_agent``: ``model``; ``create_react_agent``: ``static_model``, its prompt piped into the
+bound model). Ayo's copy of the node runs the same function code over a copy of that model whose
+async client sends through Ayo's LLM engine (:mod:`ayo_shims.openai_client`: tool-calling requests
+included, streamed tool-call deltas passed on as the server sends them), so the request, the
+message and its callbacks are stock's while the request is Ayo's engine's (its cluster routing,
+retries, recording). The sync path (``invoke``), a model chosen per call, and a model that is not a
+``ChatOpenAI`` at a server of its own stay the user's.
 
 Stock LangGraph runs an agent's tools once the model node has returned the whole message. When
 the model streams (under ``stream_mode="messages"`` / ``astream_events``, where LangGraph's
@@ -206,7 +207,7 @@ class EarlyToolsModelNode(Runnable):
         config = ensure_config(config)
         callbacks = config.get("callbacks")
         if not hasattr(callbacks, "copy"):
-            return await self.bound.ainvoke(input, config, **kwargs)
+            return await self._call(input, config, **kwargs)
         manager = callbacks.copy()
         if self.early.tools and lg.makes_model_stream(callbacks):
             manager.add_handler(ToolCallWatcher(self.early), inherit=True)
