@@ -278,6 +278,9 @@ class _ShimBase:
         task.add_done_callback(lambda _t: queue.put_nowait(None))
         rid, created = f"ayo-{next(_ids)}", int(time.time())
         sent = False
+        # The latest chunk waits for the next delta: vLLM sends a length-cut answer's finish_reason on the
+        # last token's chunk (not on a chunk of its own), and so must the stream here.
+        held: dict | None = None
         try:
             while (delta := await self._next_delta(queue, sent)) is not None:
                 if delta is _TIMED_OUT:  # nothing within the user's timeout: stock's client takes over
@@ -289,27 +292,43 @@ class _ShimBase:
                     if not sent and self.opening_chunk:
                         yield self._chunk(rid, created, payload, "", None, first=True)
                     sent = True
-                    yield (self._tool_chunk(rid, created, payload, delta.deltas) if isinstance(delta, _ToolDeltas)
-                           else self._chunk(rid, created, payload, delta, None))
+                    if held is not None:
+                        yield held
+                    held = (self._tool_chunk(rid, created, payload, delta.deltas) if isinstance(delta, _ToolDeltas)
+                            else self._chunk(rid, created, payload, delta, None))
             if task.exception() is not None and not sent and isinstance(task.exception(), self.engine_errors):
                 async for chunk in _sdk_chunks(await self._fallback(payload, task.exception())):
                     yield chunk
                 return
             if not sent and self.opening_chunk:
                 yield self._chunk(rid, created, payload, "", None, first=True)
-            result = task.result()  # raises the engine's error, if any
-            # vLLM puts the response-level fields on the last event: the usage event when the
-            # request asked for usage, else the finishing chunk (the engine always asks for usage)
-            extras = _server_extras(result)
-            with_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-            last = self._chunk(rid, created, payload, "", result.finish_reason or "stop")
-            yield last if with_usage else {**last, **extras}
-            if with_usage:
-                yield {"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),
-                       "choices": [], "usage": _usage(result), **extras}
+            if held is not None and task.exception() is not None:
+                yield held  # what arrived before the failure, then the engine's error
+            for chunk in self._closing_chunks(rid, created, payload, held, task.result()):
+                yield chunk
         finally:
             if not task.done():
                 task.cancel()
+
+    def _closing_chunks(self, rid: str, created: int, payload: dict, held: dict | None, result: Any) -> list[dict]:
+        """The held chunk, the finishing chunk and the usage chunk, as vLLM ends a stream: a length cut
+        finishes on the held (last token's) chunk; vLLM puts the response-level fields on the last event:
+        the usage event when the request asked for usage, else the finishing chunk (the engine always
+        asks for usage)."""
+        finish = result.finish_reason or "stop"
+        out = []
+        if held is not None and finish == "length":
+            last = {**held, "choices": [{**held["choices"][0], "finish_reason": finish}]}
+        else:
+            out += [held] if held is not None else []
+            last = self._chunk(rid, created, payload, "", finish)
+        extras = _server_extras(result)
+        with_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        out.append(last if with_usage else {**last, **extras})
+        if with_usage:
+            out.append({"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),
+                        "choices": [], "usage": _usage(result), **extras})
+        return out
 
     async def _next_delta(self, queue: asyncio.Queue, sent: bool) -> Any:
         """The next text delta; ``_TIMED_OUT`` when the first one takes longer than the user's timeout
