@@ -92,12 +92,15 @@ class ScriptedServer(LoopbackServer):
                 self.end_headers()
                 for chunk in [*(ANSWER if answered else TOOL_MESSAGE), "[DONE]"]:
                     time.sleep(CHUNK_DELAY)
+                    if chunk == "[DONE]":
+                        # the stream's end, taken before the client can read it (a time taken after the
+                        # write races with a client that reads [DONE] and the body's end at once)
+                        ended.append(time.perf_counter())
                     data = b"data: " + (chunk.encode() if isinstance(chunk, str) else json.dumps(chunk).encode())
                     data += b"\n\n"
                     self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                     self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")
-                ended.append(time.perf_counter())
 
         super().__init__(Handler)
 

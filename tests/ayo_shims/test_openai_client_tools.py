@@ -67,14 +67,25 @@ async def summed(stream: Any) -> AIMessageChunk:
     return total
 
 
+async def outcome(call: Any) -> tuple[Any, ...]:
+    """What a caller sees: the message's calls, text and finish reason, or the error. The 135M model's
+    forced calls often have arguments that are not an object (e.g. ``[12, 30]``), which LangChain's
+    ``AIMessage`` refuses when the message is not streamed: stock and Ayo must then fail alike."""
+    try:
+        m = await call
+    except Exception as exc:  # noqa: BLE001 - compared with stock's outcome
+        return "error", type(exc).__name__, str(exc)
+    return "message", calls(m), m.content, m.response_metadata.get("finish_reason")
+
+
 async def routed_answers(url: str, stream: bool) -> tuple[list[Any], CountingEngine]:
-    """The routed copy's answers to QUESTIONS (bound to the tools, a call required), and its engine."""
+    """The routed copy's outcomes on QUESTIONS (bound to the tools, a call required), and its engine."""
     engine = CountingEngine(LLMEngine(url, model=MODEL))
     fast = routed_copy(model(url)).bind_tools([add, weather], tool_choice="required")
     out = []
     with openai_client.route(openai_client.Route(llm=engine)):
         for q in QUESTIONS:
-            out.append(await (summed(fast.astream(q)) if stream else fast.ainvoke(q)))
+            out.append(await outcome(summed(fast.astream(q)) if stream else fast.ainvoke(q)))
     return out, engine
 
 
@@ -85,17 +96,15 @@ def test_a_tool_calling_request_goes_through_the_engine_with_stocks_answer(tools
     stock = model(tools_llm_url).bind_tools([add, weather], tool_choice="required")
 
     async def stock_answers() -> list[Any]:
-        return [await (summed(stock.astream(q)) if stream else stock.ainvoke(q)) for q in QUESTIONS]
+        return [await outcome(summed(stock.astream(q)) if stream else stock.ainvoke(q)) for q in QUESTIONS]
 
     expected = asyncio.run(stock_answers())
     got, engine = asyncio.run(routed_answers(tools_llm_url, stream))
     assert len(engine.requests) == len(QUESTIONS)
     assert all(r["tools"] and r["tool_choice"] == "required" for r in engine.requests)
-    assert [calls(m) for m in got] == [calls(m) for m in expected]
-    assert any(calls(m) for m in expected)  # the server did answer with tool calls
-    assert [m.content for m in got] == [m.content for m in expected]
-    assert ([m.response_metadata.get("finish_reason") for m in got]
-            == [m.response_metadata.get("finish_reason") for m in expected])
+    assert got == expected
+    # the server did answer with tool calls (or arguments LangChain refuses, which only a call makes)
+    assert any(o[0] == "error" or o[1] for o in expected)
 
 
 # -- several calls in one streamed message (loopback stub: a test double) ----------------------
