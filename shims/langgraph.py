@@ -12,6 +12,7 @@ Imports langgraph only (lazily, in the checks): never ``ayo_core`` or an adapter
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from ayo_shims.touchpoints import all_of, declare, has_attr, has_params, importable, verify
@@ -122,26 +123,16 @@ def makes_model_stream(callbacks: Any) -> bool:
     return isinstance(handlers, list) and any(isinstance(h, _StreamingCallbackHandler) for h in handlers)
 
 
-def _agent_model_node_check() -> None:
-    import inspect
+def _source_has(module: str, qualname: str, *needles: str) -> Callable[[], None]:
+    """Check: the source of ``module.qualname`` still contains every one of ``needles``."""
+    def check() -> None:
+        import inspect
 
-    from langchain.agents import factory
-
-    source = inspect.getsource(factory.create_agent)
-    if "async def amodel_node" not in source or "model=model" not in source:
-        raise AttributeError("create_agent's model node no longer reads its chat model from the closure "
-                             "variable 'model' of amodel_node")
-
-
-def _react_agent_model_check() -> None:
-    import inspect
-
-    from langgraph.prebuilt import chat_agent_executor
-
-    source = inspect.getsource(chat_agent_executor.create_react_agent)
-    if "async def acall_model" not in source or "static_model.ainvoke" not in source:
-        raise AttributeError("create_react_agent's model node no longer calls the closure variable "
-                             "'static_model' (prompt | bound model) in acall_model")
+        source = inspect.getsource(getattr(importlib.import_module(module), qualname))
+        missing = [n for n in needles if n not in source]
+        if missing:
+            raise AttributeError(f"{module}.{qualname} no longer contains {missing}: its model node changed")
+    return check
 
 
 AGENT_MODEL_CLOSURE = declare(
@@ -149,12 +140,14 @@ AGENT_MODEL_CLOSURE = declare(
     checked="1.x (checked 1.5.2)",
     why="an agent's model node is LangGraph's function node closing over the user's chat model; Ayo's copy of the "
         "node runs the same function code over a copy of the model whose client sends through Ayo's LLM engine",
-    check=all_of(_agent_model_node_check, has_attr("langgraph._internal._runnable", "RunnableCallable", "ainvoke")))
+    check=all_of(_source_has("langchain.agents.factory", "create_agent", "async def amodel_node", "model=model"),
+                 has_attr("langgraph._internal._runnable", "RunnableCallable", "ainvoke")))
 REACT_AGENT_MODEL_CLOSURE = declare(
     "langgraph.prebuilt.chat_agent_executor.create_react_agent.<locals>.acall_model (closure variable "
     "'static_model')", framework="langgraph-prebuilt", checked="1.x (checked 1.1.3)",
     why="the same for LangGraph's prebuilt ReAct agent, whose node closes over its prompt piped into the bound model",
-    check=_react_agent_model_check)
+    check=_source_has("langgraph.prebuilt.chat_agent_executor", "create_react_agent", "async def acall_model",
+                      "static_model.ainvoke"))
 # the closure variable that holds the model, per agent kind (a dynamic model, chosen per call, is left alone)
 AGENT_MODEL_VARIABLES = ("model", "static_model")
 
