@@ -88,6 +88,7 @@ async def run_level(pair: Any, questions: list[dict[str, Any]], rate: float, dur
         results = await open_loop(pair, side, items, gaps)
         out[side] = side_figures(results, engine_names)
         out[side]["answers"] = {r["id"]: r.get("answer") for r in results}
+        out[side]["latency_by_id"] = {r["id"]: r["done"] - r["arrival"] for r in results if "error" not in r}
         if side == "ayo":
             out["ayo"]["scheduler_peak_queue"] = scheduler_peaks()
     if "ayo" in out:
@@ -96,9 +97,20 @@ async def run_level(pair: Any, questions: list[dict[str, Any]], rate: float, dur
         out["identical_answers"] = sum(stock[k] == ayo[k] for k in both)
         out["compared_answers"] = len(both)
         out["ayo_max_over_stock_p99"] = out["ayo"]["max_s"] / out["stock"]["p99_s"] if out["stock"]["p99_s"] else None
+        out["paired"] = paired_ratios(out["stock"]["latency_by_id"], out["ayo"]["latency_by_id"])
     for side in ("stock", "ayo"):
         out.get(side, {}).pop("answers", None)
     return out
+
+
+def paired_ratios(stock: dict[str, float], ayo: dict[str, float]) -> dict[str, Any]:
+    """Stock / Ayo latency of the same query (same arrival time, same question), per query: whether a
+    difference is every query's or a few queries' (a shift of the whole distribution vs a tail)."""
+    from ayo_bench.compare import percentile
+
+    ratios = [stock[k] / ayo[k] for k in stock if k in ayo and ayo[k] > 0]
+    return {"n": len(ratios), "median": percentile(ratios, 50), "p10": percentile(ratios, 10),
+            "p90": percentile(ratios, 90), "ayo_slower_share": sum(r < 1 for r in ratios) / len(ratios) if ratios else None}
 
 
 def print_level(level: float, r: dict[str, Any]) -> None:
@@ -115,6 +127,9 @@ def print_level(level: float, r: dict[str, Any]) -> None:
     if "ayo" in r:
         print(f"  identical answers {r['identical_answers']}/{r['compared_answers']}; Ayo peak queue "
               f"{r['ayo']['scheduler_peak_queue']}; Ayo max latency / stock p99 = {r['ayo_max_over_stock_p99']}")
+        p = r["paired"]
+        print(f"  per query stock/Ayo: median {p['median']:.2f}x [p10 {p['p10']:.2f}, p90 {p['p90']:.2f}], "
+              f"Ayo slower on {p['ayo_slower_share']:.0%} of {p['n']}")
 
 
 async def run(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:

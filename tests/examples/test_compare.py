@@ -220,3 +220,17 @@ def test_results_go_outside_the_repository_by_default(tmp_path: Path, monkeypatc
     assert compare.default_results_dir() == tmp_path / "results"
     assert compare.parse_args(["naive_rag"]).out == str(tmp_path / "results")
     assert compare.parse_args(["naive_rag", "--out", "benchmarks/results"]).out == "benchmarks/results"
+
+
+def test_load_level_pairs_each_query_with_its_stock_run() -> None:
+    from benchmarks import load
+
+    pair = fake_pair()
+    pair.cache_reset_url = None
+    out = asyncio.run(load.run_level(pair, QUESTIONS, rate=40.0, duration=0.1, seed=3, order=["stock", "ayo"],
+                                     engine_names=["fake"]))
+    paired = out["paired"]
+    assert paired["n"] == out["queries"] == out["compared_answers"]
+    # the fake stock app takes 0.02 s and the fake Ayo app 0.01 s: every query is about twice as fast
+    assert 1.3 < paired["median"] < 3.0 and paired["ayo_slower_share"] < 0.5
+    assert set(out["ayo"]["latency_by_id"]) == set(out["stock"]["latency_by_id"])
