@@ -52,12 +52,12 @@ async def measure_capacity(pair: Any, questions: list[dict[str, Any]], concurren
 def side_figures(results: list[dict[str, Any]], engine_names: list[str]) -> dict[str, Any]:
     from ayo_bench.compare import percentile, summarize_load
 
-    ok = [r for r in results if "error" not in r]
-    lat = [r["done"] - r["arrival"] for r in ok]
+    latency_by_id = {r["id"]: r["done"] - r["arrival"] for r in results if "error" not in r}
+    lat = list(latency_by_id.values())
     errors = [r["error"] for r in results if "error" in r]
     return {**summarize_load(results), "p99_s": percentile(lat, 99), "max_s": max(lat, default=float("nan")),
             "errors_naming_engine": sum(any(n in e for n in engine_names) for e in errors),
-            "error_examples": sorted(set(errors))[:3]}
+            "error_examples": sorted(set(errors))[:3], "latency_by_id": latency_by_id}
 
 
 def scheduler_peaks() -> dict[str, int]:
@@ -88,7 +88,6 @@ async def run_level(pair: Any, questions: list[dict[str, Any]], rate: float, dur
         results = await open_loop(pair, side, items, gaps)
         out[side] = side_figures(results, engine_names)
         out[side]["answers"] = {r["id"]: r.get("answer") for r in results}
-        out[side]["latency_by_id"] = {r["id"]: r["done"] - r["arrival"] for r in results if "error" not in r}
         if side == "ayo":
             out["ayo"]["scheduler_peak_queue"] = scheduler_peaks()
     if "ayo" in out:
