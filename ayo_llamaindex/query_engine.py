@@ -66,6 +66,11 @@ class OptimizedQueryEngine(BaseQueryEngine):
         return self._stock
 
     @property
+    def not_lowered_reason(self) -> str | None:
+        """Why the whole engine runs as the user's object in one node (None: Ayo lowers its modules)."""
+        return (self._plan.reason or "nothing in it that Ayo lowers") if self._plan.kind == "opaque" else None
+
+    @property
     def graph(self) -> Any:
         """The per-query primitive graph (a template: each query runs a copy)."""
         return self._graph

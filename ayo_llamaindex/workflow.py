@@ -22,6 +22,7 @@ from ayo_core.explain import Explanation, explanation
 from ayo_core.runtime import LoopRuntimes
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.runtime import LLM_INFLIGHT, assign_engines
+from ayo_llamaindex.workflow_engines import StepQueryEngines
 from ayo_llamaindex.workflow_run import WorkflowRun, begin_run, end_run
 from ayo_shims import llamaindex_workflows as wf_shim
 
@@ -68,6 +69,7 @@ class OptimizedWorkflow:
         self._llms: list[LLMBinding] = []
         self._routed_steps: dict[str, int] = {}  # step -> model calls Ayo's engine served
         self._own_client_steps: dict[str, int] = {}  # step -> model calls sent through the model's own client
+        self.query_engines = StepQueryEngines(policy)  # the query engines its steps call, lowered
         self.last_trace: Any = None
         self.last_graph: Any = None
         self.last_run: WorkflowRun | None = None
@@ -135,14 +137,20 @@ class OptimizedWorkflow:
             own = self._own_client_steps.get(name, 0)
             note = (f"; {own} model request(s) the engine does not speak (tools, response_format, logprobs) "
                     "went through the model's own client") if own else ""
+            queries = self.query_engines.served.get(name, 0)
             if name in self._routed_steps:
                 lowered.append((f"step:{name}", "LLMCall"))
+                also = f"; {queries} query engine call(s) ran as Ayo's graph" if queries else ""
                 lines.append(f"  step {name} ({summary}): model calls through Ayo's LLM engine "
-                             f"({self._routed_steps[name]} so far){note}")
+                             f"({self._routed_steps[name]} so far){also}{note}")
+            elif queries:
+                lowered.append((f"step:{name}", "QueryEngine"))
+                lines.append(f"  step {name} ({summary}): its query engine calls ran as Ayo's graph ({queries} so far)")
             else:
                 why = "its model requests use tools" if own else "no model call of a recognized LLM seen"
                 opaque.append((f"step:{name}", f"user code ({why})"))
                 lines.append(f"  step {name} ({summary}): user code{note}")
+        lines += self.query_engines.explain_lines()
         early = list(self.last_run.early_tools.log) if self.last_run is not None else []
         if early:
             lines.append(f"  last run: {len(early)} tool call(s) started as soon as their arguments were complete in "

@@ -33,6 +33,7 @@ from ayo_core.runtime import Expand
 from ayo_core.templates import Opaque
 from ayo_core.templates.flow import Route
 from ayo_llamaindex.agent_tools import EarlyToolStarts, ObservingContext
+from ayo_shims import llamaindex as li_shim
 from ayo_shims import llamaindex_workflows as wf_shim
 from ayo_shims import openai_client
 
@@ -222,6 +223,30 @@ def _route_client(llm: Any, client: Any) -> Any:
     return wf_shim.RoutedAsyncClient(client, openai_client.Route(node.ctx.engine(kind)), (LLMEngineError,))
 
 
+def _query_in_step(wrapped: Any, engine: Any, args: tuple, kwargs: dict) -> Any:
+    """``BaseQueryEngine.aquery``: inside a step Ayo scheduled, a query engine it lowers answers as
+    Ayo's graph (:mod:`ayo_llamaindex.workflow_engines`); every other call is stock's."""
+    node, run = _STEP.get(), _RUN.get()
+    if node is None or node.ctx is None or run is None or len(args) + len(kwargs) != 1:
+        return wrapped(*args, **kwargs)
+    tool = run.owner.query_engines.lowered(engine)
+    if tool is None:
+        return wrapped(*args, **kwargs)
+    return _answer_in_step(run, node, tool, args[0] if args else next(iter(kwargs.values())))
+
+
+async def _answer_in_step(run: WorkflowRun, node: StepCall, tool: Any, query: Any) -> Any:
+    token = _STEP.set(None)  # the engine's own nodes call the user's objects: those calls are not routed again
+    try:
+        return await run.owner.query_engines.answer(node.step, tool, query)
+    finally:
+        _STEP.reset(token)
+
+
+def _sync_query(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    return wrapped(*args, **kwargs)  # a sync query() blocks the step's loop in stock too: left to stock
+
+
 def _observe_stream(agent: Any, ctx: Any, tools: Any) -> Any:
     run = _RUN.get()
     return None if run is None else ObservingContext(ctx, run.early_tools, list(tools))
@@ -237,3 +262,4 @@ def install_hooks() -> None:
     wf_shim.wrap_step_calls(_gate)
     wf_shim.wrap_async_clients(_route_client)
     wf_shim.wrap_agent_tool_calls(_observe_stream, _started_tool)
+    li_shim.wrap_query_calls(_sync_query, _query_in_step)
