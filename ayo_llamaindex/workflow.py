@@ -140,12 +140,13 @@ class OptimizedWorkflow:
             queries = self.query_engines.served.get(name, 0)
             if name in self._routed_steps:
                 lowered.append((f"step:{name}", "LLMCall"))
-                also = f"; {queries} query engine call(s) ran as Ayo's graph" if queries else ""
+                also = f"; {queries} query engine or retriever call(s) ran as Ayo's graph" if queries else ""
                 lines.append(f"  step {name} ({summary}): model calls through Ayo's LLM engine "
                              f"({self._routed_steps[name]} so far){also}{note}")
             elif queries:
                 lowered.append((f"step:{name}", "QueryEngine"))
-                lines.append(f"  step {name} ({summary}): its query engine calls ran as Ayo's graph ({queries} so far)")
+                lines.append(f"  step {name} ({summary}): its query engine and retriever calls ran as Ayo's graph "
+                             f"({queries} so far)")
             else:
                 why = "its model requests use tools" if own else "no model call of a recognized LLM seen"
                 opaque.append((f"step:{name}", f"user code ({why})"))

@@ -1,25 +1,38 @@
-"""Query engines a workflow step calls, lowered.
+"""Query engines and retrievers a workflow step calls, lowered.
 
-A step of an optimized workflow that awaits ``query_engine.aquery(q)`` (the way LlamaIndex's
-workflow examples retrieve and answer inside steps) gets Ayo's lowered graph of that engine: its
+A step of an optimized workflow that awaits ``query_engine.aquery(q)`` or ``retriever.aretrieve(q)``
+(the way LlamaIndex's workflow examples retrieve and answer inside steps) gets Ayo's lowered graph
+of that engine or retriever: its
 query embedding, retrieval, reranking and synthesis go through the shared engine schedulers on the
 workflow's own loop, so the sub-queries of concurrent step invocations batch with each other and
 with the steps' direct model calls. The response and the query's events are those of
 ``optimize(query_engine).aquery(q)`` (identical to stock's; see
-:class:`~ayo_llamaindex.sub_question.ToolQueryEngine`).
+:class:`~ayo_llamaindex.sub_question.ToolQueryEngine`); a retrieval's nodes and events are stock
+``aretrieve``'s, with the query embedded by Ayo's embedding engine (batched across the concurrent
+step invocations, off the loop: stock's HuggingFace embedding runs on the loop and blocks the
+other steps) and, for a ``QueryFusionRetriever``, its generated queries searched as their lines
+are decoded.
 
-Left to stock: a sync ``query()`` in an async step (it blocks the loop in stock too), an engine
-Ayo does not lower (the capture found nothing to lower: it would run whole anyway), one already
+Left to stock: a sync ``query()``/``retrieve()`` in an async step (it blocks the loop in stock
+too), an engine or retriever Ayo does not lower (it would run whole anyway), an engine already
 optimized by the user, and any call outside a step Ayo scheduled.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable
 from typing import Any
 
+from ayo_core.graph import Graph
+from ayo_core.passes import optimize_graph
+from ayo_core.runtime.caller import CALLER_LOOP
+from ayo_core.runtime.errors import unwrap_node_failure
+from ayo_llamaindex.capture import QueryEnginePlan, capture_retriever
+from ayo_llamaindex.runtime import EngineAssignment, assign_engines, runtime_for
 from ayo_llamaindex.sub_question import ToolQueryEngine, tool_engine
 
 log = logging.getLogger(__name__)
@@ -27,16 +40,50 @@ log = logging.getLogger(__name__)
 # engines a workflow's steps may build per call (``index.as_query_engine()`` inside the step): the
 # lowered stand-ins of the most recent ones are kept, not every engine a long-lived workflow met
 _KEPT_ENGINES = 32
+_ids = itertools.count()
+
+
+class StepRetriever:
+    """A retriever's lowered graph (input ``query``: a ``QueryBundle``; output: its nodes), run per call."""
+
+    def __init__(self, retriever: Any, plan: Any, policy: str) -> None:
+        from ayo_llamaindex.lowering import lower_retriever
+
+        self.retriever, self._policy = retriever, policy
+        parts = QueryEnginePlan(retriever, "retriever", retriever=plan)
+        self.assign: EngineAssignment = assign_engines(parts.llm_bindings(), parts.embed_bindings())
+        g = Graph(query_id="retrieve")
+        g.input("query")
+        g.output(lower_retriever(g, plan, self.assign, "query", frozenset()))
+        g.lint()
+        self.graph = optimize_graph(g)
+        self.last_trace: Any = None
+
+    async def aretrieve(self, query: Any) -> list[Any]:
+        """``retriever.aretrieve(query)``: the same nodes and events, on the running loop's shared schedulers."""
+        from llama_index.core.schema import QueryBundle
+
+        bundle = QueryBundle(query) if isinstance(query, str) else query
+        token = CALLER_LOOP.set(asyncio.get_running_loop())  # stock's async paths (a copied bundle, aretrieve)
+        try:
+            with self.retriever.callback_manager.as_trace("query"):  # as stock aretrieve opens it
+                value, self.last_trace = await runtime_for(self.assign, self._policy).run(
+                    self.graph.for_query(f"wr{next(_ids)}"), {"query": bundle})
+        except Exception as exc:
+            raise unwrap_node_failure(exc) from None
+        finally:
+            CALLER_LOOP.reset(token)
+        return value
 
 
 class StepQueryEngines:
-    """One optimized workflow's lowered stand-ins for the query engines its steps call."""
+    """One optimized workflow's lowered stand-ins for the query engines and retrievers its steps call."""
 
     def __init__(self, policy: str) -> None:
         self._policy = policy
-        self._by_engine: OrderedDict[int, tuple[Any, ToolQueryEngine | None]] = OrderedDict()
-        self.served: dict[str, int] = {}  # step -> queries Ayo's graph answered
-        self.not_lowered: dict[str, str] = {}  # engine type -> why its queries run as stock
+        self._by_engine: OrderedDict[int, tuple[Any, ToolQueryEngine | StepRetriever | None]] = OrderedDict()
+        self.served: dict[str, int] = {}  # step -> queries and retrievals Ayo's graphs answered
+        self.not_lowered: dict[str, str] = {}  # engine or retriever type -> why its calls run as stock
 
     def lowered(self, engine: Any) -> ToolQueryEngine | None:
         """The lowered stand-in of ``engine`` (None: its queries run as stock)."""
@@ -44,15 +91,29 @@ class StepQueryEngines:
 
         if isinstance(engine, OptimizedQueryEngine):
             return None  # already the user's optimized engine: its own aquery runs it
-        hit = self._by_engine.get(id(engine))
-        if hit is not None and hit[0] is engine:
-            self._by_engine.move_to_end(id(engine))
+        return self._kept(engine, self._capture)
+
+    def lowered_retriever(self, retriever: Any) -> StepRetriever | None:
+        """The lowered stand-in of ``retriever`` (None: its retrievals run as stock)."""
+        return self._kept(retriever, self._capture_retriever)
+
+    def _kept(self, obj: Any, capture: Any) -> Any:
+        hit = self._by_engine.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            self._by_engine.move_to_end(id(obj))
             return hit[1]
-        tool = self._capture(engine)
-        self._by_engine[id(engine)] = (engine, tool)
+        lowered = capture(obj)
+        self._by_engine[id(obj)] = (obj, lowered)
         while len(self._by_engine) > _KEPT_ENGINES:
             self._by_engine.popitem(last=False)
-        return tool
+        return lowered
+
+    def _capture_retriever(self, retriever: Any) -> StepRetriever | None:
+        plan = capture_retriever(retriever)
+        if plan.kind == "opaque":
+            self.not_lowered[type(retriever).__name__] = plan.reason
+            return None
+        return StepRetriever(retriever, plan, self._policy)
 
     def _capture(self, engine: Any) -> ToolQueryEngine | None:
         name = type(engine).__name__
@@ -67,9 +128,9 @@ class StepQueryEngines:
             return None
         return tool
 
-    def answer(self, step: str, tool: ToolQueryEngine, query: Any) -> Awaitable[Any]:
+    def answer(self, step: str, tool: ToolQueryEngine | StepRetriever, query: Any) -> Awaitable[Any]:
         self.served[step] = self.served.get(step, 0) + 1
-        return tool.aquery_in_graph(query)
+        return tool.aretrieve(query) if isinstance(tool, StepRetriever) else tool.aquery_in_graph(query)
 
     def explain_lines(self) -> list[str]:
         """The query engines met in steps whose calls ran as stock, and why."""

@@ -226,10 +226,19 @@ def _route_client(llm: Any, client: Any) -> Any:
 def _query_in_step(wrapped: Any, engine: Any, args: tuple, kwargs: dict) -> Any:
     """``BaseQueryEngine.aquery``: inside a step Ayo scheduled, a query engine it lowers answers as
     Ayo's graph (:mod:`ayo_llamaindex.workflow_engines`); every other call is stock's."""
+    return _lowered_in_step(wrapped, engine, args, kwargs, lambda engines: engines.lowered(engine))
+
+
+def _retrieve_in_step(wrapped: Any, retriever: Any, args: tuple, kwargs: dict) -> Any:
+    """``BaseRetriever.aretrieve``: as :func:`_query_in_step`, for a retriever Ayo lowers."""
+    return _lowered_in_step(wrapped, retriever, args, kwargs, lambda engines: engines.lowered_retriever(retriever))
+
+
+def _lowered_in_step(wrapped: Any, obj: Any, args: tuple, kwargs: dict, lowered: Callable[[Any], Any]) -> Any:
     node, run = _STEP.get(), _RUN.get()
     if node is None or node.ctx is None or run is None or len(args) + len(kwargs) != 1:
         return wrapped(*args, **kwargs)
-    tool = run.owner.query_engines.lowered(engine)
+    tool = lowered(run.owner.query_engines)
     if tool is None:
         return wrapped(*args, **kwargs)
     return _answer_in_step(run, node, tool, args[0] if args else next(iter(kwargs.values())))
@@ -263,3 +272,4 @@ def install_hooks() -> None:
     wf_shim.wrap_async_clients(_route_client)
     wf_shim.wrap_agent_tool_calls(_observe_stream, _started_tool)
     li_shim.wrap_query_calls(_sync_query, _query_in_step)
+    li_shim.wrap_aretrieve_calls(_retrieve_in_step)

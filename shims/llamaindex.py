@@ -359,6 +359,18 @@ def wrap_query_calls(query: Callable[..., Any], aquery: Callable[..., Any]) -> N
     wrapt.wrap_function_wrapper(BaseQueryEngine, "aquery", aquery)
 
 
+declare("llama_index.core.base.base_retriever.BaseRetriever.aretrieve (wrapt)", framework=CORE,
+        checked=CORE_CHECKED, why="a retrieval a workflow step awaits runs as Ayo's lowered retrieval",
+        check=has_attr("llama_index.core.base.base_retriever", "BaseRetriever", "aretrieve"))
+
+
+def wrap_aretrieve_calls(aretrieve: Callable[..., Any]) -> None:
+    import wrapt
+    from llama_index.core.base.base_retriever import BaseRetriever
+
+    wrapt.wrap_function_wrapper(BaseRetriever, "aretrieve", aretrieve)
+
+
 _STORE_METHODS = ("add", "delete", "query")
 _STORE_WHY = "access to a store with pending deferred vectors waits for them first (a barrier)"
 declare("llama_index.core.vector_stores.simple.SimpleVectorStore.add/delete/query/... (wrapt)", framework=CORE,

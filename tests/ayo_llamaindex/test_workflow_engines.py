@@ -7,6 +7,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import pytest
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import Response
@@ -184,3 +185,81 @@ def test_events_of_a_step_query_match_stock(llm_url: str, index: VectorStoreInde
     assert got_cb == want_cb and want_cb  # the engine's QUERY and RETRIEVE callback events
     assert got_inst == want_inst
     assert {"QueryStartEvent", "RetrievalEndEvent", "LLMChatEndEvent"} <= set(want_inst)
+
+
+# -- retrievers awaited in steps (LlamaIndex's RAG workflow example: retrieve, then synthesize) --------------
+
+class Retrieved(Event):
+    query: str
+    nodes: list
+
+
+class RAGWorkflow(Workflow):
+    def __init__(self, retriever: Any, llm: Any, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.retriever, self.llm = retriever, llm
+
+    @step
+    async def retrieve(self, ctx: Context, ev: StartEvent) -> Retrieved:
+        nodes = await self.retriever.aretrieve(ev.query)
+        await ctx.store.set("retrieved", [n.node.node_id for n in nodes])
+        return Retrieved(query=ev.query, nodes=nodes)
+
+    @step
+    async def synthesize(self, ev: Retrieved) -> StopEvent:
+        from llama_index.core.response_synthesizers import CompactAndRefine
+
+        return StopEvent(result=await CompactAndRefine(llm=self.llm).asynthesize(ev.query, nodes=ev.nodes))
+
+
+def fusion_retriever(index: VectorStoreIndex, llm: Any) -> Any:
+    from llama_index.core.retrievers import QueryFusionRetriever
+
+    return QueryFusionRetriever([index.as_retriever(similarity_top_k=2)], llm=llm, num_queries=3,
+                                similarity_top_k=3, use_async=True)
+
+
+@pytest.mark.parametrize("kind", ["vector", "fusion"])
+def test_retrievals_in_steps_run_lowered_and_match_stock(llm_url: str, index: VectorStoreIndex, kind: str) -> None:
+    def make() -> RAGWorkflow:
+        llm = make_llm(llm_url)
+        retriever = index.as_retriever(similarity_top_k=2) if kind == "vector" else fusion_retriever(index, llm)
+        return RAGWorkflow(retriever, llm, timeout=300)
+
+    async def main() -> tuple[list, list, Any]:
+        stock, fast = make(), ayo_llamaindex.optimize(make())
+        want = [await run_once(stock, query=q) for q in QUESTIONS]
+        got = [await run_once(fast, query=q) for q in QUESTIONS]
+        return want, got, fast
+
+    want, got, fast = asyncio.run(main())
+    for (w, w_names, w_state), (g, g_names, g_state) in zip(want, got, strict=True):
+        assert_same(w, g)
+        assert g_names == w_names and g_state == w_state
+    assert sum(len(str(g[0]).split()) > 30 for g in got) >= 4  # 64-token answers, not a trivial match
+    assert fast.query_engines.served == {"retrieve": len(QUESTIONS)}
+    lowered = fast.query_engines.lowered_retriever(fast.stock.retriever)
+    engines = {c.engine for c in lowered.last_trace.engine_calls}
+    assert engines == ({"embed"} if kind == "vector" else {"embed", "llm"})  # the fusion's query-gen decode too
+    assert ("step:retrieve", "QueryEngine") in [(m.name, m.template) for m in fast.explain().modules]
+
+
+def test_events_of_a_step_retrieval_match_stock(llm_url: str, index: VectorStoreIndex) -> None:
+    from llama_index.core.callbacks import CallbackManager, LlamaDebugHandler
+
+    async def observed(optimized: bool) -> tuple[Counter, Counter]:
+        debug = LlamaDebugHandler(print_trace_on_end=False)
+        retriever = index.as_retriever(similarity_top_k=2)
+        retriever.callback_manager = CallbackManager([debug])
+        workflow = RAGWorkflow(retriever, make_llm(llm_url, 8), timeout=300)
+        recorder = _Recorder(seen=[])
+        get_dispatcher().add_event_handler(recorder)
+        try:
+            await run_once(ayo_llamaindex.optimize(workflow) if optimized else workflow, query=QUESTIONS[0])
+        finally:
+            get_dispatcher().event_handlers.remove(recorder)
+        return Counter(e.event_type for e in debug.get_events()), Counter(recorder.seen)
+
+    want, got = asyncio.run(observed(False)), asyncio.run(observed(True))
+    assert got == want
+    assert {"RetrievalStartEvent", "RetrievalEndEvent", "EmbeddingEndEvent"} <= set(want[1]) and want[0]
