@@ -362,3 +362,40 @@ def warm_answer_prompt(lw: Lowerer, m: HistoryAware, src: str) -> str | None:
                         "prefills the answer prompt's static part, question and history while the rephrase "
                         "decodes (only where the device rule says an early prefill pays)")
     return node
+
+
+# ---- streaming -------------------------------------------------------------------------
+@dataclass
+class StreamTwin:
+    """What ``stream``/``astream`` of an optimized ``RunnableWithMessageHistory`` run: a runnable like
+    the user's (same session factory and keys) whose chain is Ayo's optimized chain.
+
+    Stock's own stream then loads the history, opens the runs, and its listener writes the history
+    from the chain run's merged output when the stream ends; the chain's tokens come from Ayo's
+    stream of it. ``outer`` are the bindings around the user's runnable (``with_config`` on it):
+    they configure the call before the twin's own config factory, as stock's do."""
+
+    runnable: Any
+    chain: Any  # the optimized chain (its last_trace is the stream's)
+    outer: tuple[Any, ...]
+
+
+def stream_twin(module: cap.Module, top_wrappers: tuple[Any, ...], options: Any, runtime: Any) -> StreamTwin | None:
+    """The :class:`StreamTwin` of a captured root ``History`` whose bindings (outermost first, the
+    runnable itself last) are ``top_wrappers``; None for any other root."""
+    import warnings
+
+    from ayo_langchain.runnable import OptimizedRunnable
+
+    if not isinstance(module, History) or not module.listened:
+        return None
+    r = module.runnable
+    chain = OptimizedRunnable(module.listened[0].bound, options, runtime)
+    with warnings.catch_warnings():  # the user was told once that the class is deprecated, not again here
+        warnings.simplefilter("ignore")
+        twin = RunnableWithMessageHistory(
+            chain, r.get_session_history, input_messages_key=r.input_messages_key,
+            output_messages_key=r.output_messages_key, history_messages_key=r.history_messages_key,
+            history_factory_config=r.history_factory_config)
+    outer = tuple(w for w in top_wrappers if w is not r and w is not r.bound)
+    return StreamTwin(twin, chain, outer)

@@ -297,16 +297,40 @@ class OptimizedRunnable(Runnable):
         return await self._batch(inputs, config, return_exceptions)
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
+        twin = None if self.as_is(kwargs) else self._stream_twin()
+        if twin is not None:
+            yield from twin.runnable.stream(input, self._outer_config(twin, config))
+            self.last_trace = twin.chain.last_trace
+            return
         if self.as_is(kwargs) or self.streams_as_is():
             yield from self.wrapped.stream(input, config, **kwargs)
             return
         yield from bridge.iter_sync(self._astream(input, config, sync=True))
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        twin = None if self.as_is(kwargs) else self._stream_twin()
+        if twin is not None:
+            async for chunk in twin.runnable.astream(input, self._outer_config(twin, config)):
+                yield chunk
+            self.last_trace = twin.chain.last_trace
+            return
         as_is = self.as_is(kwargs) or self.streams_as_is()
         source = self.wrapped.astream(input, config, **kwargs) if as_is else self._astream(input, config)
         async for chunk in source:
             yield chunk
+
+    def _stream_twin(self) -> Any:
+        """A root ``RunnableWithMessageHistory`` streams through stock's own stream around Ayo's chain
+        (see :class:`ayo_langchain.history.StreamTwin`); None for any other root."""
+        if not hasattr(self, "_twin"):
+            from ayo_langchain.history import stream_twin
+
+            self._twin = stream_twin(self.plan.root, self.plan.top_wrappers, self.options, self.plan.given_runtime)
+        return self._twin
+
+    @staticmethod
+    def _outer_config(twin: Any, config: RunnableConfig | None) -> RunnableConfig:
+        return _bound_config(config, twin.outer)
 
     def streams_as_is(self) -> bool:
         """A root other than a sequence or a model whose stream yields a model's tokens (a parallel
@@ -318,10 +342,7 @@ class OptimizedRunnable(Runnable):
 
     # ---- execution ------------------------------------------------------------------
     def _top_config(self, config: RunnableConfig | None) -> RunnableConfig:
-        config = ensure_config(config)
-        for w in self.plan.top_wrappers:
-            config = shims.binding_config(w, config)
-        return config
+        return _bound_config(config, self.plan.top_wrappers)
 
     def reports_own_run(self) -> bool:
         """The root module opens its run itself (a model, a retriever, a branch...): stock's
@@ -433,6 +454,14 @@ class OptimizedRunnable(Runnable):
         from ayo_langchain.explain import explain
 
         return explain(self)
+
+
+def _bound_config(config: RunnableConfig | None, wrappers: tuple[Any, ...]) -> RunnableConfig:
+    """The call's config as the bindings ``wrappers`` (outermost first) hand it inward, as stock's do."""
+    config = ensure_config(config)
+    for w in wrappers:
+        config = shims.binding_config(w, config)
+    return config
 
 
 # Root modules whose lowering opens their own run, as the stock object does when called alone.

@@ -133,4 +133,7 @@ def test_invoke_ainvoke_stream_turns(llm_url: str, vectorstore: Any) -> None:
     want, got = list(stock.stream({"input": q3}, cfg)), list(fast.stream({"input": q3}, cfg))
     assert plain(concat(got)) == plain(concat(want))
     assert stored(fast_store) == stored(stock_store)
+    # the stream ran the chain on Ayo (stock's history stream around it): the answer streamed from its engine
+    assert len([c for c in got if c.get("answer")]) > 5
+    assert {"chat", "aembed"} <= {c.method for c in fast.last_trace.engine_calls}
     assert len(fast_store["calls"].messages) == 6
