@@ -55,7 +55,7 @@ def session(sid: str, **extra: Any) -> dict[str, Any]:
 def tokens(chunks: Any) -> list:
     """A stream's non-empty chunks: Ayo's engine opens a chat stream with an empty chunk as vLLM does;
     the fake server (not vLLM) sends none, so stock has none here."""
-    return [c for c in chunks if c]
+    return [c for c in chunks if (c.content if isinstance(c, BaseMessage) else c)]
 
 
 def messages(store: dict[str, Any]) -> dict[str, list]:
@@ -262,6 +262,66 @@ def test_history_inside_a_chain_and_custom_session_keys(fake_server: Any) -> Non
     assert "MessageHistory[RunnableWithMessageHistory]" in str(fast.explain())
     bad = {"configurable": {"user_id": "u1"}}
     assert outcome(lambda: fast.invoke({"question": "x"}, bad)) == outcome(lambda: stock.invoke({"question": "x"}, bad))
+
+
+def _history_shapes(server: Any) -> dict[str, Any]:
+    """``name -> (make(store) -> runnable, inputs, config)``: the shapes users wrap in a history."""
+    from langchain_core.runnables import ConfigurableFieldSpec, RunnableLambda, RunnablePassthrough
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    def factory(store: dict) -> Any:
+        return lambda session_id: store.setdefault(session_id, InMemoryChatMessageHistory())
+
+    def route(x: dict) -> Any:
+        return chat_chain(server) if "?" in x["question"] else RunnableLambda(lambda _: "Noted.")
+
+    keys = {"input_messages_key": "question", "history_messages_key": "history"}
+    specs = [ConfigurableFieldSpec(id=k, annotation=str, is_shared=True) for k in ("user_id", "conversation_id")]
+    return {
+        "bare model": (lambda st: RunnableWithMessageHistory(fake_chat(server), factory(st)),
+                       ["Hello there", "Bye"], session("m")),
+        "routing function": (lambda st: RunnableWithMessageHistory(RunnableLambda(route), factory(st), **keys),
+                             [{"question": "I am Kim."}, {"question": "Who am I?"}], session("k")),
+        "custom session keys": (
+            lambda st: RunnableWithMessageHistory(
+                chat_chain(server), lambda user_id, conversation_id: st.setdefault(
+                    (user_id, conversation_id), InMemoryChatMessageHistory()), history_factory_config=specs, **keys),
+            [{"question": "I am Zoe."}, {"question": "Who am I?"}],
+            {"configurable": {"user_id": "u1", "conversation_id": "c1"}}),
+        "dict output": (
+            lambda st: RunnableWithMessageHistory(
+                RunnablePassthrough.assign(answer=chat_chain(server)), factory(st), output_messages_key="answer",
+                **keys),
+            [{"question": "I like json."}, {"question": "What do I like?"}], session("d")),
+        "missing session": (lambda st: RunnableWithMessageHistory(chat_chain(server), factory(st), **keys),
+                            [{"question": "hi"}], {}),
+    }
+
+
+@pytest.mark.parametrize("shape", ["bare model", "routing function", "custom session keys", "dict output",
+                                   "missing session"])
+def test_streams_of_history_shapes_match_stock(fake_server: Any, shape: str) -> None:
+    make, inputs, cfg = _history_shapes(fake_server)[shape]
+    stock_store, fast_store = {}, {}
+    stock, fast = make(stock_store), ayo_langchain.optimize(make(fast_store))
+
+    def streamed(r: Any, x: Any) -> tuple:
+        try:
+            return ("value", plain(tokens(r.stream(x, cfg))))
+        except Exception as exc:  # noqa: BLE001 - compared with stock's
+            return ("error", type(exc), str(exc))
+
+    async def astreamed(r: Any, x: Any) -> tuple:
+        try:
+            return ("value", plain(tokens([c async for c in r.astream(x, cfg)])))
+        except Exception as exc:  # noqa: BLE001 - compared with stock's
+            return ("error", type(exc), str(exc))
+
+    for x in inputs:
+        assert streamed(fast, x) == streamed(stock, x)
+        assert messages(fast_store) == messages(stock_store)
+        assert asyncio.run(astreamed(fast, x)) == asyncio.run(astreamed(stock, x))
+        assert messages(fast_store) == messages(stock_store)
 
 
 class BrokenStore(BaseChatMessageHistory):
