@@ -5,8 +5,8 @@ after; the async methods use ``aset``/``aget``/``aput``), runs the condense step
 answer as one lowered graph (:mod:`ayo_llamaindex.chat_engine_lowering`) on the core's shared
 runtime, and returns stock's response objects. ``stream_chat``/``astream_chat`` run condense and
 retrieval lowered, then stream the answer from the engine's own streaming synthesizer; a
-``condense_question`` engine's streamed turns run as stock (its query engine's streaming flag is
-flipped by stock's own code).
+``condense_question`` engine's streamed turn runs its condense decode lowered, then streams from its
+own query engine (its synthesizer's streaming flag set for that query, as stock sets it).
 """
 
 from __future__ import annotations
@@ -154,9 +154,10 @@ class OptimizedChatEngine(BaseChatEngine):
     def stream_chat(self, message: str, chat_history: list[Any] | None = None,
                     prev_chunks: Any = None) -> StreamingAgentChatResponse:
         self._check_prev_chunks("stream_chat", prev_chunks)
-        if self.mode == "condense_question":
-            return self._stock.stream_chat(message, chat_history)
         history = self._history(message, chat_history)
+        if self.mode == "condense_question":
+            state, _ = self._turn(message, history, streaming=True)
+            return turns.condensed_stream(self._stock, message, state.condensed, self._memory)
         state, nodes = self._turn(message, history, prev_chunks, streaming=True)
         streaming = chat_shim.response_synthesizer(self._stock, history, streaming=True).synthesize(message, nodes)
         self._memory.put(turns.turn_messages(self.mode, message, "")[0])
@@ -166,9 +167,10 @@ class OptimizedChatEngine(BaseChatEngine):
     async def astream_chat(self, message: str, chat_history: list[Any] | None = None,
                            prev_chunks: Any = None) -> StreamingAgentChatResponse:
         self._check_prev_chunks("astream_chat", prev_chunks)
-        if self.mode == "condense_question":
-            return await self._stock.astream_chat(message, chat_history)
         history = await self._ahistory(message, chat_history)
+        if self.mode == "condense_question":
+            state, _ = await self._aturn(message, history, streaming=True)
+            return await turns.acondensed_stream(self._stock, message, state.condensed, self._memory)
         state, nodes = await self._aturn(message, history, prev_chunks, streaming=True)
         synth = chat_shim.response_synthesizer(self._stock, history, streaming=True)
         streaming = await synth.asynthesize(message, nodes)

@@ -52,11 +52,15 @@ def build_turn_graph(plan: ChatEnginePlan, assign: EngineAssignment, history: li
                      query_id: str, streaming: bool = False) -> Graph:
     """One turn's graph. Inputs: ``message`` (str), ``history`` (the memory's messages), ``query``
     (``QueryBundle(message)``) and ``prev_chunks`` (``context`` mode). Value: the synthesized
-    ``Response`` (the query engine's for ``condense_question``), or the context nodes when ``streaming``."""
+    ``Response`` (the query engine's for ``condense_question``), or the context nodes when ``streaming``
+    (the condensed question for ``condense_question``, whose query engine then streams as stock's does)."""
     g = Graph(query_id=query_id)
     for name in ("message", "history", "query", "prev_chunks"):
         g.input(name)
     question = _condense(g, plan, assign, state) if plan.condenses else "query"
+    if plan.query_engine is not None and streaming:  # condense_question streamed: the query engine streams after
+        g.output(question)
+        return g
     if plan.query_engine is not None:  # condense_question: the query engine answers the condensed question
         return build_query_graph(plan.query_engine, assign, graph=g, query_input=question)
     nodes = lower_retriever(g, plan.retriever, assign, question, frozenset())

@@ -2,7 +2,9 @@
 
 The chat engines' own response objects (``AgentChatResponse``, ``StreamingAgentChatResponse``,
 ``ToolOutput``) and their history writers are used as stock uses them; a streamed answer comes from
-the engine's own streaming synthesizer (the same request, the same chunks, the same memory writes).
+the engine's own streaming synthesizer (the same request, the same chunks, the same memory writes);
+a ``condense_question`` turn streams from its own query engine, queried with the condensed question
+Ayo's graph decoded, as stock queries it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from llama_index.core.chat_engine.types import AgentChatResponse, StreamingAgent
 from llama_index.core.types import Thread
 
 from ayo_llamaindex.chat_engine_lowering import TurnState
+from ayo_shims import llamaindex_chat as chat_shim
 
 
 def retriever_source(mode: str, message: str, state: TurnState) -> ToolOutput:
@@ -67,5 +70,45 @@ def astream_response(mode: str, message: str, state: TurnState, streaming: Any, 
     """``astream_chat``'s response: the async token stream, written to ``memory`` by stock's task."""
     response = StreamingAgentChatResponse(achat_stream=_adeltas(streaming.async_response_gen()),
                                           sources=[retriever_source(mode, message, state)], source_nodes=state.nodes)
+    response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(memory))
+    return response
+
+
+# -- condense_question: the condensed question streams through the engine's own query engine ----------
+
+def condensed_stream(engine: Any, message: str, condensed: str, memory: Any) -> StreamingAgentChatResponse:
+    """``CondenseQuestionChatEngine.stream_chat`` after its condense step (which Ayo ran lowered)."""
+    from llama_index.core.base.response.schema import StreamingResponse
+    from llama_index.core.chat_engine.utils import response_gen_from_query_engine
+
+    query_engine = chat_shim.chat_query_engine(engine)
+    with chat_shim.streaming_query(query_engine):
+        query_response = query_engine.query(condensed)
+    tool_output = chat_shim.tool_output_from_response(engine, condensed, query_response)
+    if not isinstance(query_response, StreamingResponse) or query_response.response_gen is None:
+        raise ValueError("Streaming is not enabled. Please use chat() instead.")
+    memory.put(ChatMessage(role=MessageRole.USER, content=message))
+    response = StreamingAgentChatResponse(chat_stream=response_gen_from_query_engine(query_response.response_gen),
+                                          sources=[tool_output])
+    thread = Thread(target=response.write_response_to_history, args=(memory,))
+    response.write_response_to_history_thread = thread
+    thread.start()
+    return response
+
+
+async def acondensed_stream(engine: Any, message: str, condensed: str, memory: Any) -> StreamingAgentChatResponse:
+    """``CondenseQuestionChatEngine.astream_chat`` after its condense step (which Ayo ran lowered)."""
+    from llama_index.core.base.response.schema import AsyncStreamingResponse
+    from llama_index.core.chat_engine.utils import aresponse_gen_from_query_engine
+
+    query_engine = chat_shim.chat_query_engine(engine)
+    with chat_shim.streaming_query(query_engine):
+        query_response = await query_engine.aquery(condensed)
+    tool_output = chat_shim.tool_output_from_response(engine, condensed, query_response)
+    if not isinstance(query_response, AsyncStreamingResponse):
+        raise ValueError("Streaming is not enabled. Please use achat() instead.")
+    await memory.aput(ChatMessage(role=MessageRole.USER, content=message))
+    response = StreamingAgentChatResponse(
+        achat_stream=aresponse_gen_from_query_engine(query_response.async_response_gen()), sources=[tool_output])
     response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(memory))
     return response

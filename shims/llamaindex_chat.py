@@ -8,6 +8,8 @@ messages, history and context templates), never re-typed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ayo_shims.llamaindex import CORE, CORE_CHECKED, assigns, mirrored
@@ -43,7 +45,8 @@ CONTEXT_MIRRORED = mirrored(_CHAT, "ContextChatEngine", (
     "chat", "achat", "stream_chat", "astream_chat", "_get_nodes", "_aget_nodes", "_get_response_synthesizer"),
     why="a context chat turn is lowered to a graph (retrieval, synthesis)")
 CONDENSE_QUESTION_MIRRORED = mirrored(_CHAT, "CondenseQuestionChatEngine", (
-    "chat", "achat", "_condense_question", "_acondense_question", "_get_tool_output_from_response"),
+    "chat", "achat", "stream_chat", "astream_chat", "_condense_question", "_acondense_question",
+    "_get_tool_output_from_response"),
     why="a condense-question chat turn is lowered to a graph (condense, then the query engine)")
 
 
@@ -93,3 +96,28 @@ def response_synthesizer(engine: Any, chat_history: list[Any], streaming: bool =
 def tool_output_from_response(engine: Any, query: str, response: Any) -> Any:
     """``CondenseQuestionChatEngine``'s own ``ToolOutput`` for a query engine response."""
     return engine._get_tool_output_from_response(query, response)
+
+
+declare("llama_index.core.response_synthesizers.BaseSynthesizer._streaming (set per streamed condense_question turn)",
+        framework=CORE, checked=CORE_CHECKED,
+        why="a streamed condense_question turn makes its RetrieverQueryEngine's synthesizer stream for that "
+            "query, as CondenseQuestionChatEngine.stream_chat does",
+        check=assigns("llama_index.core.response_synthesizers.base", "BaseSynthesizer", "_streaming"))
+
+
+@contextmanager
+def streaming_query(query_engine: Any) -> Iterator[None]:
+    """``CondenseQuestionChatEngine.(a)stream_chat``'s toggle: a ``RetrieverQueryEngine``'s synthesizer
+    streams inside the block and is reset after it (stock's own hack, the same attribute)."""
+    from llama_index.core.query_engine.retriever_query_engine import RetrieverQueryEngine
+
+    if not isinstance(query_engine, RetrieverQueryEngine):
+        yield
+        return
+    synth = query_engine._response_synthesizer
+    was = synth._streaming
+    synth._streaming = True
+    try:
+        yield
+    finally:
+        synth._streaming = was

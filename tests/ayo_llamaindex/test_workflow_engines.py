@@ -263,3 +263,33 @@ def test_events_of_a_step_retrieval_match_stock(llm_url: str, index: VectorStore
     want, got = asyncio.run(observed(False)), asyncio.run(observed(True))
     assert got == want
     assert {"RetrievalStartEvent", "RetrievalEndEvent", "EmbeddingEndEvent"} <= set(want[1]) and want[0]
+
+
+# -- an agent's QueryEngineTool: the tool's query engine runs lowered inside the agent's step ---------------
+
+def test_an_agents_query_engine_tool_runs_lowered_and_matches_stock(tools_llm_url: str,
+                                                                    index: VectorStoreIndex) -> None:
+    from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
+    from llama_index.core.tools import QueryEngineTool
+
+    from tests.ayo_llamaindex.test_agents import make_llm as agent_llm
+    from tests.ayo_llamaindex.test_agents import run_agent
+
+    def agent() -> FunctionAgent:
+        engine = index.as_query_engine(llm=make_llm(tools_llm_url, 32), similarity_top_k=2)
+        tool = QueryEngineTool.from_defaults(engine, name="python_docs",
+                                             description="Answers questions about Python's standard library.")
+        # the 135M model writes no tool call on its own: the first is forced, as a user with a small model would
+        return FunctionAgent(tools=[tool], llm=agent_llm(tools_llm_url, 32, tools=True),
+                             initial_tool_choice="python_docs")
+
+    async def main() -> tuple[list[tuple[Any, Any]], Any]:
+        fast = ayo_llamaindex.optimize(agent())
+        pairs = [(await run_agent(agent(), q), await run_agent(fast, q)) for q in QUESTIONS[:2]]
+        return pairs, fast
+
+    pairs, fast = asyncio.run(main())
+    for want, got in pairs:
+        assert got == want  # answer, every event (the tool's output included), memory
+        assert [e for name, e in want[1] if name == ToolCallResult.__name__]
+    assert sum(fast.query_engines.served.values()) == len(QUESTIONS[:2])  # each tool call ran the lowered engine
