@@ -107,6 +107,16 @@ def test_five_questions_with_long_answers_match_stock(llm_url, index) -> None:
     assert max(len(t["text"]) for t in expected) > 100  # long answers really ran
 
 
+def test_condense_question_streams_five_long_turns_as_stock(llm_url, index) -> None:
+    """``condense_question`` streamed (``astream_chat``), 64-token outputs: the condense decodes on Ayo's engine."""
+    stock = make_engine(index, llm_url, "condense_question", max_tokens=64)
+    fast = ayo_llamaindex.optimize(make_engine(index, llm_url, "condense_question", max_tokens=64))
+    expected = converse(stock, "astream_chat", LONG_TURNS)
+    assert_same_conversation(expected, converse(fast, "astream_chat", LONG_TURNS))
+    assert sum(len(t["text"].split()) > 30 for t in expected) >= 3
+    assert fast.last_trace.engine_calls  # the last turn's condense step
+
+
 def test_explicit_chat_history_and_classes_built_directly(llm_url, index) -> None:
     from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
