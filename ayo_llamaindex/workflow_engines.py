@@ -7,7 +7,9 @@ query embedding, retrieval, reranking and synthesis go through the shared engine
 workflow's own loop, so the sub-queries of concurrent step invocations batch with each other and
 with the steps' direct model calls. The response and the query's events are those of
 ``optimize(query_engine).aquery(q)`` (identical to stock's; see
-:class:`~ayo_llamaindex.sub_question.ToolQueryEngine`); a retrieval's nodes and events are stock
+:class:`~ayo_llamaindex.sub_question.ToolQueryEngine`; a ``SubQuestionQueryEngine`` or
+``RouterQueryEngine`` runs as its own composed graph, sub-questions started from the generator's
+stream); a retrieval's nodes and events are stock
 ``aretrieve``'s, with the query embedded by Ayo's embedding engine (batched across the concurrent
 step invocations, off the loop: stock's HuggingFace embedding runs on the loop and blocks the
 other steps) and, for a ``QueryFusionRetriever``, its generated queries searched as their lines
@@ -81,11 +83,11 @@ class StepQueryEngines:
 
     def __init__(self, policy: str) -> None:
         self._policy = policy
-        self._by_engine: OrderedDict[int, tuple[Any, ToolQueryEngine | StepRetriever | None]] = OrderedDict()
+        self._by_engine: OrderedDict[int, tuple[Any, Any]] = OrderedDict()  # id -> (object, its stand-in or None)
         self.served: dict[str, int] = {}  # step -> queries and retrievals Ayo's graphs answered
         self.not_lowered: dict[str, str] = {}  # engine or retriever type -> why its calls run as stock
 
-    def lowered(self, engine: Any) -> ToolQueryEngine | None:
+    def lowered(self, engine: Any) -> Any:
         """The lowered stand-in of ``engine`` (None: its queries run as stock)."""
         from ayo_llamaindex.query_engine import OptimizedQueryEngine
 
@@ -115,10 +117,12 @@ class StepQueryEngines:
             return None
         return StepRetriever(retriever, plan, self._policy)
 
-    def _capture(self, engine: Any) -> ToolQueryEngine | None:
+    def _capture(self, engine: Any) -> Any:
+        from ayo_llamaindex.sub_question import optimize_composed
+
         name = type(engine).__name__
-        try:
-            tool = tool_engine(engine, self._policy)
+        try:  # a SubQuestion / Router engine: its own composed graph; any other: the query engine's
+            tool = optimize_composed(engine, self._policy) or tool_engine(engine, self._policy)
         except Exception as exc:  # noqa: BLE001 - an engine Ayo cannot capture runs as the user's object
             log.info("%s called in a workflow step runs as stock: capture failed (%s)", name, exc)
             self.not_lowered[name] = f"capture failed: {exc}"
@@ -128,9 +132,13 @@ class StepQueryEngines:
             return None
         return tool
 
-    def answer(self, step: str, tool: ToolQueryEngine | StepRetriever, query: Any) -> Awaitable[Any]:
+    def answer(self, step: str, tool: Any, query: Any) -> Awaitable[Any]:
+        """``tool``'s answer to ``query``: a lowered retrieval, a lowered engine on this loop, or a composed
+        engine (SubQuestion, Router) through its own ``aquery``."""
         self.served[step] = self.served.get(step, 0) + 1
-        return tool.aretrieve(query) if isinstance(tool, StepRetriever) else tool.aquery_in_graph(query)
+        if isinstance(tool, StepRetriever):
+            return tool.aretrieve(query)
+        return tool.aquery_in_graph(query) if isinstance(tool, ToolQueryEngine) else tool.aquery(query)
 
     def explain_lines(self) -> list[str]:
         """The query engines met in steps whose calls ran as stock, and why."""

@@ -181,3 +181,27 @@ def test_user_subclass_runs_as_the_users_object(llm_url: str, tools: list[QueryE
     assert "LoggingSubQuestionEngine overrides _query" in caplog.text
     assert [m.name for m in fast.explain().opaque] == ["query_engine"]  # one opaque node: the user's engine
     assert outcome(fast, QUESTIONS[4], debug) == outcome(stock, QUESTIONS[4], debug)
+
+
+def test_a_sub_question_engine_awaited_in_a_workflow_step_runs_as_its_composed_graph(
+        llm_url: str, tools: list[QueryEngineTool], debug: LlamaDebugHandler) -> None:
+    from llama_index.core.workflow import StartEvent, StopEvent, Workflow, step
+
+    class Ask(Workflow):
+        engine = sub_question_engine(llm_url, tools)
+
+        @step
+        async def answer(self, ev: StartEvent) -> StopEvent:
+            response = await self.engine.aquery(ev.question)
+            return StopEvent(result=(str(response), [(n.node.get_content(), n.score) for n in response.source_nodes]))
+
+    async def both(question: str) -> tuple[Any, Any, Any]:
+        fast = ayo_llamaindex.optimize(Ask(timeout=300))
+        return await Ask(timeout=300).run(question=question), await fast.run(question=question), fast
+
+    for question in QUESTIONS[:2]:
+        want, got, fast = asyncio.run(both(question))
+        assert got == want, question
+        stand_in = fast.query_engines.lowered(Ask.engine)
+        assert isinstance(stand_in, OptimizedSubQuestionQueryEngine) and stand_in.last_trace is not None
+        assert fast.query_engines.served == {"answer": 1}
