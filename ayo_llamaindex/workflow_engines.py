@@ -111,11 +111,17 @@ class StepQueryEngines:
         return lowered
 
     def _capture_retriever(self, retriever: Any) -> StepRetriever | None:
-        plan = capture_retriever(retriever)
-        if plan.kind == "opaque":
-            self.not_lowered[type(retriever).__name__] = plan.reason
+        name = type(retriever).__name__
+        try:
+            plan = capture_retriever(retriever)
+            if plan.kind == "opaque":
+                self.not_lowered[name] = plan.reason
+                return None
+            return StepRetriever(retriever, plan, self._policy)
+        except Exception as exc:  # noqa: BLE001 - a retriever Ayo cannot capture runs as the user's object
+            log.info("%s called in a workflow step runs as stock: capture failed (%s)", name, exc)
+            self.not_lowered[name] = f"capture failed: {exc}"
             return None
-        return StepRetriever(retriever, plan, self._policy)
 
     def _capture(self, engine: Any) -> Any:
         from ayo_llamaindex.sub_question import optimize_composed

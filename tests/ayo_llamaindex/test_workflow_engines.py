@@ -293,3 +293,28 @@ def test_an_agents_query_engine_tool_runs_lowered_and_matches_stock(tools_llm_ur
         assert got == want  # answer, every event (the tool's output included), memory
         assert [e for name, e in want[1] if name == ToolCallResult.__name__]
     assert sum(fast.query_engines.served.values()) == len(QUESTIONS[:2])  # each tool call ran the lowered engine
+
+
+def test_a_retriever_whose_capture_fails_runs_as_stock(index: VectorStoreIndex, monkeypatch: Any) -> None:
+    from ayo_llamaindex import workflow_engines
+
+    def broken(retriever: Any) -> Any:
+        raise AttributeError("a private attribute moved")
+
+    class RetrieveOnly(Workflow):
+        retriever = index.as_retriever(similarity_top_k=2)
+
+        @step
+        async def go(self, ev: StartEvent) -> StopEvent:
+            return StopEvent(result=[n.node.node_id for n in await self.retriever.aretrieve(ev.query)])
+
+    monkeypatch.setattr(workflow_engines, "capture_retriever", broken)
+    fast = ayo_llamaindex.optimize(RetrieveOnly(timeout=30))
+
+    async def main() -> tuple[Any, Any]:
+        return await RetrieveOnly(timeout=30).run(query=QUESTIONS[0]), await fast.run(query=QUESTIONS[0])
+
+    want, got = asyncio.run(main())
+    assert got == want and len(want) == 2
+    assert fast.query_engines.served == {}
+    assert "capture failed: a private attribute moved" in fast.query_engines.not_lowered["VectorIndexRetriever"]
