@@ -299,7 +299,7 @@ class OptimizedRunnable(Runnable):
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         twin = None if self.as_is(kwargs) else self._stream_twin()
         if twin is not None:
-            yield from twin.runnable.stream(input, self._outer_config(twin, config))
+            yield from twin.runnable.stream(input, _bound_config(config, twin.outer))
             self.last_trace = twin.chain.last_trace
             return
         if self.as_is(kwargs) or self.streams_as_is():
@@ -310,7 +310,7 @@ class OptimizedRunnable(Runnable):
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         twin = None if self.as_is(kwargs) else self._stream_twin()
         if twin is not None:
-            async for chunk in twin.runnable.astream(input, self._outer_config(twin, config)):
+            async for chunk in twin.runnable.astream(input, _bound_config(config, twin.outer)):
                 yield chunk
             self.last_trace = twin.chain.last_trace
             return
@@ -327,10 +327,6 @@ class OptimizedRunnable(Runnable):
 
             self._twin = stream_twin(self.plan.root, self.plan.top_wrappers, self.options, self.plan.given_runtime)
         return self._twin
-
-    @staticmethod
-    def _outer_config(twin: Any, config: RunnableConfig | None) -> RunnableConfig:
-        return _bound_config(config, twin.outer)
 
     def streams_as_is(self) -> bool:
         """A root other than a sequence or a model whose stream yields a model's tokens (a parallel

@@ -252,10 +252,6 @@ async def _answer_in_step(run: WorkflowRun, node: StepCall, tool: Any, query: An
         _STEP.reset(token)
 
 
-def _sync_query(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    return wrapped(*args, **kwargs)  # a sync query() blocks the step's loop in stock too: left to stock
-
-
 def _observe_stream(agent: Any, ctx: Any, tools: Any) -> Any:
     run = _RUN.get()
     return None if run is None else ObservingContext(ctx, run.early_tools, list(tools))
@@ -271,5 +267,6 @@ def install_hooks() -> None:
     wf_shim.wrap_step_calls(_gate)
     wf_shim.wrap_async_clients(_route_client)
     wf_shim.wrap_agent_tool_calls(_observe_stream, _started_tool)
-    li_shim.wrap_query_calls(_sync_query, _query_in_step)
+    # aquery only: a sync query() in a step blocks the loop in stock too, and is left to stock
+    li_shim.wrap_query_calls(None, _query_in_step)
     li_shim.wrap_aretrieve_calls(_retrieve_in_step)

@@ -351,11 +351,13 @@ declare("llama_index.core.base.base_query_engine.BaseQueryEngine.query/aquery (w
         check=has_attr("llama_index.core.base.base_query_engine", "BaseQueryEngine", "query", "aquery"))
 
 
-def wrap_query_calls(query: Callable[..., Any], aquery: Callable[..., Any]) -> None:
+def wrap_query_calls(query: Callable[..., Any] | None, aquery: Callable[..., Any]) -> None:
+    """wrapt wrappers around ``BaseQueryEngine.query`` (none when ``query`` is None) and ``aquery``."""
     import wrapt
     from llama_index.core.base.base_query_engine import BaseQueryEngine
 
-    wrapt.wrap_function_wrapper(BaseQueryEngine, "query", query)
+    if query is not None:
+        wrapt.wrap_function_wrapper(BaseQueryEngine, "query", query)
     wrapt.wrap_function_wrapper(BaseQueryEngine, "aquery", aquery)
 
 

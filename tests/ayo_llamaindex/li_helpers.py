@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
 
@@ -83,3 +84,16 @@ def assert_same(stock: Any, fast: Any, by: str = "id") -> None:
 def compare(stock_engine: Any, fast_engine: Any, questions: list[str] = QUESTIONS, by: str = "id") -> None:
     for q in questions:
         assert_same(stock_engine.query(q), fast_engine.query(q), by=by)
+
+
+class EventNames(BaseEventHandler):
+    """Records the class name of every instrumentation event it handles (add it to a dispatcher)."""
+
+    names: list[str] = []
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "EventNames"
+
+    def handle(self, event: Any, **kwargs: Any) -> None:
+        self.names.append(type(event).__name__)

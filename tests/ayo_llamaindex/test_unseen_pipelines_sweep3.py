@@ -13,30 +13,19 @@ from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.callbacks.base_handler import BaseCallbackHandler
 from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import CitationQueryEngine, CustomQueryEngine
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 import ayo_llamaindex
 from tests.ayo_llamaindex.conftest import QUESTIONS, FakeLLM
-
-
-class _EventNames(BaseEventHandler):
-    names: list[str] = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "EventNames"
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        self.names.append(type(event).__name__)
+from tests.ayo_llamaindex.li_helpers import EventNames
 
 
 @pytest.fixture
 def event_names() -> Iterator[list[str]]:
     """Names of every instrumentation event the root dispatcher sees during the test."""
-    handler = _EventNames(names=[])
+    handler = EventNames(names=[])
     root = get_dispatcher()
     root.add_event_handler(handler)
     try:

@@ -12,13 +12,12 @@ from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import Response
 from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import QueryBundle
 from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 
 import ayo_llamaindex
-from tests.ayo_llamaindex.li_helpers import assert_same
+from tests.ayo_llamaindex.li_helpers import EventNames, assert_same
 from tests.ayo_llamaindex.test_workflows import make_llm
 
 QUESTIONS = ["Explain in detail, with an example, how to turn Python objects into JSON.",
@@ -144,19 +143,6 @@ def test_an_engine_ayo_does_not_lower_runs_as_stock_and_explain_says_why() -> No
     assert "Echo called in a step ran as stock" in str(fast.explain())
 
 
-class _Recorder(BaseEventHandler):
-    """Instrumentation events (LlamaIndex's modern event stream) by class name."""
-
-    seen: list[str] = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "AyoWorkflowEngineRecorder"
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        self.seen.append(type(event).__name__)
-
-
 def test_events_of_a_step_query_match_stock(llm_url: str, index: VectorStoreIndex) -> None:
     # what token counters, debuggers and tracers read: the callback events of the engine's modules and the
     # instrumentation events (query, retrieval, embedding, synthesis, model), as many of each kind as stock
@@ -167,14 +153,14 @@ def test_events_of_a_step_query_match_stock(llm_url: str, index: VectorStoreInde
         return AskEach(index, make_llm(llm_url, 16), callbacks=CallbackManager([debug]), timeout=300), debug
 
     async def observed(workflow: Any, debug: LlamaDebugHandler) -> tuple[Counter, Counter]:
-        recorder = _Recorder(seen=[])
+        recorder = EventNames(names=[])
         dispatcher = get_dispatcher()
         dispatcher.add_event_handler(recorder)
         try:
             await run_once(workflow, questions=QUESTIONS[:2])
         finally:
             dispatcher.event_handlers.remove(recorder)
-        return Counter(e.event_type for e in debug.get_events()), Counter(recorder.seen)
+        return Counter(e.event_type for e in debug.get_events()), Counter(recorder.names)
 
     async def main() -> tuple[Any, Any]:
         stock = await observed(*with_debug())
@@ -252,13 +238,13 @@ def test_events_of_a_step_retrieval_match_stock(llm_url: str, index: VectorStore
         retriever = index.as_retriever(similarity_top_k=2)
         retriever.callback_manager = CallbackManager([debug])
         workflow = RAGWorkflow(retriever, make_llm(llm_url, 8), timeout=300)
-        recorder = _Recorder(seen=[])
+        recorder = EventNames(names=[])
         get_dispatcher().add_event_handler(recorder)
         try:
             await run_once(ayo_llamaindex.optimize(workflow) if optimized else workflow, query=QUESTIONS[0])
         finally:
             get_dispatcher().event_handlers.remove(recorder)
-        return Counter(e.event_type for e in debug.get_events()), Counter(recorder.seen)
+        return Counter(e.event_type for e in debug.get_events()), Counter(recorder.names)
 
     want, got = asyncio.run(observed(False)), asyncio.run(observed(True))
     assert got == want
