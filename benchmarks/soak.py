@@ -78,6 +78,8 @@ class Snapshot:
     trimmed_rss_mib: float  # after malloc_trim: what is still allocated (see trimmed_rss_mib)
     fds: int  # not counting files under the Chroma folder (below)
     chroma_fds: int
+    tcp_fds: int  # TCP connections (pooled ones included)
+    event_loops: int  # epoll descriptors: one per event loop that is not closed (3 fds each)
     threads: int
     loop_tasks: int
     thread_names: list[str] = field(default_factory=list)
@@ -126,8 +128,36 @@ def snapshot(chroma_dir: str) -> Snapshot:
         except OSError:
             continue
     chroma = sum(1 for t in targets if t.startswith(chroma_dir))
+    tcp = _tcp_inodes()
+    tcp_fds = sum(1 for t in targets if t.startswith("socket:[") and t[8:-1] in tcp)
+    loops = sum(1 for t in targets if t == "anon_inode:[eventpoll]")
     rss = rss_mib()
-    return Snapshot(rss, trimmed_rss_mib(), len(targets) - chroma, chroma, threading.active_count(), tasks, names)
+    return Snapshot(rss, trimmed_rss_mib(), len(targets) - chroma, chroma, tcp_fds, loops, threading.active_count(),
+                    tasks, names)
+
+
+def _tcp_inodes() -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        inodes.update(line.split()[9] for line in lines if len(line.split()) > 9)
+    return inodes
+
+
+def settle() -> None:
+    """Wait until finished threads are gone and idle pooled connections have expired.
+
+    Ayo's engine pool keeps a connection per request that was in flight at the busiest moment, for
+    ``KEEPALIVE_S`` after its last use (aiohttp checks every ``KEEPALIVE_S``): how many are still open
+    right after a burst depends on that burst's peak concurrency, not on a leak. Past that window a
+    socket still open is held by something.
+    """
+    from ayo_core.engines.http_client import KEEPALIVE_S
+
+    time.sleep(2 * KEEPALIVE_S + 1.0)
 
 
 async def _count_tasks() -> int:
@@ -283,7 +313,7 @@ def stock_growth(apps: list[App], jobs: list[Job], threads: int, loops: int, per
     t0 = time.perf_counter()
     outcomes = run_callers(apps, jobs, threads, loops, per_loop, side="stock")
     elapsed = time.perf_counter() - t0
-    time.sleep(1.0)
+    settle()
     after = snapshot(chroma_dir)
     return {"rss_growth_pct": 100 * (after.rss_mib / before.rss_mib - 1),
             "trimmed_rss_growth_pct": 100 * (after.trimmed_rss_mib / before.trimmed_rss_mib - 1), "chroma_fds": [before.chroma_fds, after.chroma_fds],
@@ -294,6 +324,8 @@ def stock_growth(apps: list[App], jobs: list[Job], threads: int, loops: int, per
 def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, warmup: int, threads: int, loops: int,
          per_loop: int, llm_url: str, chroma_dir: str, stock_baseline: bool = True) -> dict[str, Any]:
     """Reference, warm-up, stock baseline, snapshot, the N jobs, snapshot: the figures (module docstring)."""
+    from ayo_core.runtime import bridge
+
     server_before = server_in_flight(llm_url)  # a shared server may be busy with other clients
     t0 = time.perf_counter()
     refs = stock_references(apps, questions)
@@ -306,7 +338,7 @@ def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, wa
     t1 = time.perf_counter()
     result = check(run_callers(apps, jobs, threads, loops, per_loop), jobs, refs)
     elapsed = time.perf_counter() - t1
-    time.sleep(1.0)  # let closed connections and finished threads go
+    settle()
     after = snapshot(chroma_dir)
     result.update({"stock_baseline": baseline,
                    "chroma_fds": [before.chroma_fds, after.chroma_fds],
@@ -316,9 +348,11 @@ def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, wa
         "rss_mib": [before.rss_mib, after.rss_mib], "rss_growth_pct": 100 * (after.rss_mib / before.rss_mib - 1),
         "trimmed_rss_mib": [before.trimmed_rss_mib, after.trimmed_rss_mib],
         "trimmed_rss_growth_pct": 100 * (after.trimmed_rss_mib / before.trimmed_rss_mib - 1),
-        "fds": [before.fds, after.fds], "threads": [before.threads, after.threads],
+        "fds": [before.fds, after.fds], "tcp_fds": [before.tcp_fds, after.tcp_fds],
+        "event_loops": [before.event_loops, after.event_loops], "threads": [before.threads, after.threads],
         "ayo_loop_tasks": [before.loop_tasks, after.loop_tasks],
         "new_threads": sorted(set(after.thread_names) - set(before.thread_names)),
+        "ayo_workers": sum(1 for name in after.thread_names if name.startswith(f"{bridge.THREAD_NAME}_")),
         "ayo_in_flight": ayo_in_flight(), "server_in_flight_min": server_in_flight(llm_url),
         "server_in_flight_min_before": server_before,
     })
@@ -340,7 +374,8 @@ def print_figures(r: dict[str, Any]) -> None:
     print(f"  answered {r['answered']}  mismatches {r['mismatches']}  failures {r['failures']}  "
           f"answered twice {r['answered_twice']}  never answered {r['never_answered']}")
     print(f"  RSS {r['rss_mib'][0]:.0f} -> {r['rss_mib'][1]:.0f} MiB ({r['rss_growth_pct']:+.2f} %)  "
-          f"fds {r['fds'][0]} -> {r['fds'][1]}  threads {r['threads'][0]} -> {r['threads'][1]}  "
+          f"fds {r['fds'][0]} -> {r['fds'][1]} (TCP {r['tcp_fds'][0]} -> {r['tcp_fds'][1]}, event loops "
+          f"{r['event_loops'][0]} -> {r['event_loops'][1]})  threads {r['threads'][0]} -> {r['threads'][1]}  "
           f"tasks on Ayo's loop {r['ayo_loop_tasks'][0]} -> {r['ayo_loop_tasks'][1]}")
     print(f"  after malloc_trim: RSS {r['trimmed_rss_mib'][0]:.0f} -> {r['trimmed_rss_mib'][1]:.0f} MiB "
           f"({r['trimmed_rss_growth_pct']:+.2f} %; the rest is glibc arena slack, not held memory)")

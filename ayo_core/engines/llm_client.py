@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from ayo_core.engines.http_client import AsyncHTTPClient
-from ayo_core.runtime.bridge import forget_closed_loops
+from ayo_core.runtime.bridge import forget_closed_loops, per_loop_map
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +156,7 @@ class LLMEngine:
         self.root_url = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
         self.model = model
         self.timeout, self.connect_timeout, self.max_connections = timeout, connect_timeout, max_connections
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncHTTPClient] = (
-            weakref.WeakKeyDictionary())
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncHTTPClient] = per_loop_map()
         # False once the server rejected a request for its ``priority`` (servers without priority
         # scheduling may: older vLLM, other OpenAI-compatible servers); Ayo then sends none.
         self.accepts_priority = True

@@ -20,6 +20,7 @@ import contextvars
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -34,6 +35,11 @@ WORKERS = 64
 THREAD_NAME = "ayo-loop"
 ExecutorFactory = Callable[[int, str], ThreadPoolExecutor]
 _END = object()
+# How often the background loop drops the per-loop state of event loops that closed (below): the
+# engines' HTTP pools close idle connections on the same period (``http_client.KEEPALIVE_S``).
+SWEEP_S = 4.0
+_per_loop_maps: list[weakref.ref[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]]] = []
+_maps_lock = threading.Lock()
 
 
 def forget_closed_loops(by_loop: MutableMapping[asyncio.AbstractEventLoop, Any]) -> None:
@@ -46,6 +52,32 @@ def forget_closed_loops(by_loop: MutableMapping[asyncio.AbstractEventLoop, Any])
     """
     for loop in [loop for loop in list(by_loop.keys()) if loop.is_closed()]:
         by_loop.pop(loop, None)
+
+
+def per_loop_map() -> weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]:
+    """A mapping from event loop to per-loop state whose closed loops' entries go within ``SWEEP_S``.
+
+    Forgetting them when the next loop arrives (``forget_closed_loops`` where an entry is made) is
+    not enough on its own: the last caller loops to close kept their HTTP connections (CLOSE-WAIT
+    once the server timed them out) until some new loop used Ayo again, which a process that has
+    finished its work never does. Ayo's own loop, which always runs, sweeps them.
+    """
+    by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+    with _maps_lock:
+        _per_loop_maps[:] = [ref for ref in _per_loop_maps if ref() is not None]
+        _per_loop_maps.append(weakref.ref(by_loop))
+    return by_loop
+
+
+def _sweep_closed_loops(loop: asyncio.AbstractEventLoop) -> None:
+    with _maps_lock:
+        maps = [by_loop for ref in _per_loop_maps if (by_loop := ref()) is not None]
+    for by_loop in maps:
+        try:
+            forget_closed_loops(by_loop)
+        except RuntimeError:  # another thread added its loop meanwhile: the next sweep gets it
+            continue
+    loop.call_later(SWEEP_S, _sweep_closed_loops, loop)
 
 
 def _plain_pool(max_workers: int, thread_name_prefix: str) -> ThreadPoolExecutor:
@@ -110,6 +142,7 @@ class Bridge:
         def run() -> None:
             asyncio.set_event_loop(loop)
             loop.call_soon(ready.set)
+            loop.call_soon(_sweep_closed_loops, loop)
             loop.run_forever()
 
         thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)

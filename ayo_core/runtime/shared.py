@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ayo_core.runtime.bridge import forget_closed_loops
+from ayo_core.runtime.bridge import forget_closed_loops, per_loop_map
 from ayo_core.runtime.context import Engines
 from ayo_core.runtime.engine_scheduler import DEFAULT_CONFIGS, EngineScheduler, SchedulerConfig
 from ayo_core.runtime.policies import CostModel, NeverBelowDefault, Policy
@@ -59,7 +59,7 @@ class _LoopPool:
             return sched
 
 
-_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPool] = weakref.WeakKeyDictionary()
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPool] = per_loop_map()
 
 
 def _pool(loop: asyncio.AbstractEventLoop) -> _LoopPool:
@@ -137,7 +137,7 @@ class LoopRuntimes:
 
     def __init__(self, policy: str, costs: CostModel | None = None) -> None:
         self.policy, self.costs = policy, costs or CostModel()
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runtime] = weakref.WeakKeyDictionary()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runtime] = per_loop_map()
 
     def get(self, engines: Mapping[str, Any], configs: Mapping[str, SchedulerConfig] | None = None) -> Runtime:
         """The runtime on the running loop (made over ``engines`` with ``configs`` when first asked there)."""

@@ -1,9 +1,10 @@
 """Soak, short form (the long form is ``python -m benchmarks.soak -n 1000``): ~50 queries through both
 adapters' example apps from synchronous threads and event loops at once, on the real server.
 
-Checks: every answer equals stock's, nothing failed, answered twice or lost; resident memory flat after
-the warm-up (< 5 % beyond what stock's own run of the same jobs grows); no threads, file descriptors or tasks on Ayo's loop left behind; nothing in flight
-in Ayo's engine schedulers or on the server at the end.
+Checks: every answer equals stock's, nothing failed, answered twice or lost; resident memory flat
+after the warm-up (after malloc_trim, < 5 % beyond what stock's own run of the same jobs grows); no
+threads, file descriptors or tasks on Ayo's loop left behind once idle pooled connections expired;
+nothing in flight in Ayo's engine schedulers or on the server at the end.
 """
 
 from __future__ import annotations
@@ -50,9 +51,15 @@ def test_every_answer_equals_stock_once(soak_result: dict[str, Any]) -> None:
 
 
 def test_memory_flat_after_warmup(soak_result: dict[str, Any]) -> None:
-    """Growth beyond what stock's own run of the same jobs grew (Chroma keeps deleted collections)."""
-    stock_growth = max(0.0, soak_result["stock_baseline"]["rss_growth_pct"])
-    assert soak_result["rss_growth_pct"] - stock_growth < 5.0, (soak_result["rss_mib"], stock_growth)
+    """Growth beyond what stock's own run of the same jobs grew (Chroma keeps deleted collections).
+
+    Measured after ``malloc_trim``: the plain RSS also counts glibc's arena slack (memory freed but
+    kept by the per-thread arenas), which swings by tens of MiB between two runs of the same jobs in a
+    process that has run the rest of the suite; what is still allocated is what a leak grows.
+    """
+    r = soak_result
+    stock_growth = max(0.0, r["stock_baseline"]["trimmed_rss_growth_pct"])
+    assert r["trimmed_rss_growth_pct"] - stock_growth < 5.0, (r["trimmed_rss_mib"], r["rss_mib"], r["stock_baseline"])
 
 
 def test_nothing_leaked(soak_result: dict[str, Any]) -> None:
@@ -63,7 +70,13 @@ def test_nothing_leaked(soak_result: dict[str, Any]) -> None:
     pool = [name for name in r["new_threads"] if name.startswith(f"{bridge.THREAD_NAME}_")]
     assert sorted(set(r["new_threads"]) - set(pool)) == [], r["new_threads"]
     assert r["threads"][1] - r["threads"][0] <= len(pool) <= bridge.WORKERS, (r["threads"], r["new_threads"])
-    assert r["fds"][1] <= r["fds"][0] + 8, r["fds"]  # sockets, pipes: not Chroma's files (below)
+    # Pooled connections expired before the snapshot (soak.settle): an open TCP socket is held.
+    assert r["tcp_fds"][1] <= r["tcp_fds"][0] + 2, (r["tcp_fds"], r["fds"])
+    # Each executor worker keeps one idle event loop for sync helpers (bridge.off_loop): an epoll
+    # descriptor and its self-pipe. Anything else (pipes, files; not Chroma's, below) is counted.
+    new_loops = r["event_loops"][1] - r["event_loops"][0]
+    assert new_loops <= r["ayo_workers"], (r["event_loops"], r["ayo_workers"])
+    assert r["fds"][1] - 3 * max(0, new_loops) <= r["fds"][0] + 4, (r["fds"], r["event_loops"], r["tcp_fds"])
     stock_chroma = r["stock_baseline"]["chroma_fds"]
     assert r["chroma_fds"][1] - r["chroma_fds"][0] <= stock_chroma[1] - stock_chroma[0] + 4, (r["chroma_fds"], stock_chroma)
     assert r["ayo_loop_tasks"][1] <= r["ayo_loop_tasks"][0], r["ayo_loop_tasks"]

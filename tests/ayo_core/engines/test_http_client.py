@@ -8,6 +8,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -209,3 +210,50 @@ async def test_a_finished_stream_leaves_its_connection_for_the_next_request(serv
     assert texts == ["Hi there"] * 3
     assert len(set(server.client_ports)) == 1, server.client_ports
     await engine.aclose()
+
+
+def _open_sockets_to(port: int) -> int:
+    import os
+
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    peer = f"{port:04X}"
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            if fields[2].endswith(":" + peer) and fields[9] in inodes:
+                count += 1
+    return count
+
+
+def test_the_last_finished_loops_connections_are_released(server):
+    """No later call forgets the last caller loops to finish (a process done with its work makes
+    none): Ayo's own loop sweeps closed loops' clients, so their sockets close without one."""
+    from ayo_core.runtime import bridge
+
+    bridge.loop()  # the sweeper runs there
+    engine = LLMEngine(server.url + "/v1")
+    port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+
+    async def concurrent_calls() -> None:
+        await asyncio.gather(*(engine._client().get(server.url + "/health") for _ in range(3)))
+
+    for _ in range(2):
+        asyncio.run(concurrent_calls())
+    gc.collect()
+    assert _open_sockets_to(port) >= 1  # pooled by the finished loops' clients until swept
+    deadline = bridge.SWEEP_S * 2 + 2
+    waited = 0.0
+    while (len(engine._clients) or _open_sockets_to(port)) and waited < deadline:
+        time.sleep(0.2)
+        waited += 0.2
+        gc.collect()
+    assert len(engine._clients) == 0
+    assert _open_sockets_to(port) == 0
