@@ -85,6 +85,9 @@ SYSTEMS = ("stock_rr", "ayo_rr", "ayo_affinity_program")
 LOADS = (0.5, 0.7, 0.9)
 BEYOND = (1.0, 1.15, 1.3, 1.5, 1.75, 2.0)  # Ayo alone, until its p95 passes stock's at 70 %
 N_CHUNKS = 16
+# How many different questions the stream draws from: with 10,000 queries each recurs ~40 times, and
+# prefix affinity finds their prompts cached (the figures depend on it: --distinct-questions).
+DISTINCT_QUESTIONS = 250
 
 # The mix: (weight, graph builder). Shapes of the five apps' graphs (see templates/examples).
 MIX: list[tuple[float, str, Callable[[str], Any]]] = [
@@ -124,14 +127,14 @@ def make_engines(system: str, llm_replicas: int, embed_replicas: int,
     return Engines(llm=llm, embed=embed, vector=FakeVectorStore(SEARCH, SEARCH)), llm
 
 
-def make_jobs(n: int, seed: int) -> list[tuple[Any, dict]]:
+def make_jobs(n: int, seed: int, distinct: int = DISTINCT_QUESTIONS) -> list[tuple[Any, dict]]:
     rng = random.Random(seed)
     weights = [w for w, _, _ in MIX]
     jobs = []
     for i in range(n):
         _, shape, build = rng.choices(MIX, weights)[0]
-        # a few popular questions recur (shared prefixes across queries, as in real traffic)
-        question = f"question {rng.randrange(50)} about topic {rng.randrange(5)}"
+        # questions recur (shared prefixes across queries): ``distinct`` of them, drawn uniformly
+        question = f"question {rng.randrange(max(1, distinct // 5))} about topic {rng.randrange(5)}"
         graph = build(f"q{i}")
         graph.shape = shape  # which of the mix's shapes (per-shape latencies in the results)
         jobs.append((graph, example_inputs(question, n_chunks=N_CHUNKS)))
@@ -256,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="serving: continuous batching with a KV-cache bound (ServingFakeLLM); slots: FakeLLM's "
                          "fixed sequence slots (the first version of this benchmark)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--distinct-questions", type=int, default=DISTINCT_QUESTIONS,
+                    help="how many different questions the query stream draws from (a multiple of 5)")
     ap.add_argument("--cost-replicas", type=lambda v: [int(x) for x in v.split(",")], default=[1, 4, 16, 64],
                     help="replica counts of the scheduling-cost runs (comma-separated)")
     ap.add_argument("--cost-queries", type=int, default=300)
@@ -296,13 +301,13 @@ def saturation(args: argparse.Namespace, model: str) -> float:
     slot; with the serving model, where the KV cache admits ~200 sequences, ~2) that the replicas run
     full batches for most of the makespan."""
     burst = (512 if model == "serving" else 8 * SLOTS_PER_REPLICA) * args.llm_replicas
-    sat = run_virtual(lambda: run_system("stock_rr", make_jobs(burst, args.seed + 1), None,
+    sat = run_virtual(lambda: run_system("stock_rr", make_jobs(burst, args.seed + 1, args.distinct_questions), None,
                                          args.llm_replicas, args.embed_replicas, args.seed, model))
     return float(sat["throughput"])
 
 
 def measure(args: argparse.Namespace, model: str, system: str, load: float, capacity: float) -> dict[str, Any]:
-    res = run_virtual(lambda: run_system(system, make_jobs(args.queries, args.seed), capacity * load,
+    res = run_virtual(lambda: run_system(system, make_jobs(args.queries, args.seed, args.distinct_questions), capacity * load,
                                          args.llm_replicas, args.embed_replicas, args.seed, model))
     res["load"] = load
     busy = (f"  mean batch {res['llm_mean_batch']:.0f} sequences, deepest queue {res['llm_max_waiting']}"
@@ -333,11 +338,13 @@ def save(args: argparse.Namespace, capacity: float, rows: list, summary: dict, c
     data = {"provenance": {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                            "engines": "fake (virtual clock), 7B/A100 latency model stated in the script",
                            "queries": args.queries, "llm_replicas": args.llm_replicas,
-                           "replica_model": args.replica_model,
+                           "replica_model": args.replica_model, "distinct_questions": args.distinct_questions,
                            "embed_replicas": args.embed_replicas},
             "stock_saturation_qps": capacity, "rows": rows, "summary": summary, "scheduling_cost": cost,
             "zero_load": floors}
     stem = "simulate_cluster" if args.replica_model == "serving" else f"simulate_cluster-{args.replica_model}"
+    if args.distinct_questions != DISTINCT_QUESTIONS:
+        stem += f"-{args.distinct_questions}q"
     (out / f"{stem}.json").write_text(json.dumps(data, indent=1))
     import matplotlib
 
