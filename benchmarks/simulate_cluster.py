@@ -82,6 +82,9 @@ SLOTS_PER_REPLICA = 32  # --replica-model slots: FakeLLM's sequence slots per re
 EMBED_GPU = LatencyModel(fixed=0.005, per_item=0.001, batch_efficiency=0.8)
 SEARCH = LatencyModel(fixed=0.002, per_item=0.0005, batch_efficiency=0.5)
 SYSTEMS = ("stock_rr", "ayo_rr", "ayo_affinity_program")
+# Ablation at 70 %: prefix affinity with Ayo's default policy (critical path), no program-level
+# scheduling: what each of the two contributes.
+ABLATION = "ayo_affinity"
 LOADS = (0.5, 0.7, 0.9)
 BEYOND = (1.0, 1.15, 1.3, 1.5, 1.75, 2.0)  # Ayo alone, until its p95 passes stock's at 70 %
 N_CHUNKS = 16
@@ -119,7 +122,7 @@ def make_llm(replica_model: str) -> FakeLLM:
 
 def make_engines(system: str, llm_replicas: int, embed_replicas: int,
                  replica_model: str = "serving") -> tuple[Engines, ClusterLLMEngine]:
-    router = "prefix_affinity" if system == "ayo_affinity_program" else "round_robin"
+    router = "prefix_affinity" if system in ("ayo_affinity_program", ABLATION) else "round_robin"
     llms = [(f"llm-{i}", make_llm(replica_model)) for i in range(llm_replicas)]
     llm = ClusterLLMEngine(static_replicas(llms), router=router, max_inflight_per_replica=replica_slots(replica_model))
     embeds = [(f"embed-{i}", FakeEmbedding(EMBED_GPU)) for i in range(embed_replicas)]
@@ -277,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     for load in LOADS:
         for system in SYSTEMS:
             rows.append(measure(args, model, system, load, capacity))
+    rows.append(measure(args, model, ABLATION, 0.7, capacity))
     stock70 = next(r["p95"] for r in rows if r["system"] == "stock_rr" and r["load"] == 0.7)
     # Past stock's saturation: the most load Ayo carries within stock's 70 % p95 (the throughput target).
     for load in BEYOND:
@@ -322,6 +326,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     by = {(r["system"], r["load"]): r for r in rows}
     stock70 = by[("stock_rr", 0.7)]["p95"]
     out: dict[str, Any] = {"p95_ratio_stock_over_ayo_full_at_70": stock70 / by[("ayo_affinity_program", 0.7)]["p95"]}
+    for system in ("ayo_rr", ABLATION):
+        if (system, 0.7) in by:
+            out[f"p95_ratio_stock_over_{system}_at_70"] = stock70 / by[(system, 0.7)]["p95"]
     for system in SYSTEMS:
         ok = [r for r in rows if r["system"] == system and r["p95"] <= stock70]
         out[f"max_throughput_within_stock_p95_{system}"] = max((r["throughput"] for r in ok), default=0.0)

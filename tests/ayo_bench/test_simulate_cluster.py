@@ -28,7 +28,7 @@ def test_short_run_writes_figures_and_every_system_answers_the_same(tmp_path: Pa
     assert data["provenance"]["replica_model"] == replica_model and data["provenance"]["commit"]
     assert data["summary"]["answers_identical"] is True
     systems = {r["system"] for r in data["rows"]}
-    assert systems == set(simulate_cluster.SYSTEMS)
+    assert systems == {*simulate_cluster.SYSTEMS, simulate_cluster.ABLATION}
     assert all(r["queries"] == 60 and r["resent"] == 0 for r in data["rows"])
     assert set(data["scheduling_cost"]) == {"1", "2"}
     printed = capsys.readouterr().out
