@@ -31,6 +31,7 @@ def test_short_run_writes_figures_and_every_system_answers_the_same(tmp_path: Pa
     assert systems == {*simulate_cluster.SYSTEMS, simulate_cluster.ABLATION}
     assert all(r["queries"] == 60 and r["resent"] == 0 for r in data["rows"])
     assert set(data["scheduling_cost"]) == {"1", "2"}
+    assert all(c["gc_ms_per_query"] >= 0 and c["scheduling_ms_per_query"] > 0 for c in data["scheduling_cost"].values())
     printed = capsys.readouterr().out
     assert "stock saturation throughput" in printed and "answers identical across every system and load: True" in printed
 
