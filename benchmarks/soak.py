@@ -120,7 +120,7 @@ def snapshot(chroma_dir: str) -> Snapshot:
     gc.collect()
     loop = bridge.loop()
     tasks = asyncio.run_coroutine_threadsafe(_count_tasks(), loop).result(timeout=30)
-    names = sorted(t.name for t in threading.enumerate())
+    names = _settled_thread_names()
     targets = []
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -132,8 +132,25 @@ def snapshot(chroma_dir: str) -> Snapshot:
     tcp_fds = sum(1 for t in targets if t.startswith("socket:[") and t[8:-1] in tcp)
     loops = sum(1 for t in targets if t == "anon_inode:[eventpoll]")
     rss = rss_mib()
-    return Snapshot(rss, trimmed_rss_mib(), len(targets) - chroma, chroma, tcp_fds, loops, threading.active_count(),
-                    tasks, names)
+    return Snapshot(rss, trimmed_rss_mib(), len(targets) - chroma, chroma, tcp_fds, loops, len(names), tasks, names)
+
+
+def _settled_thread_names(timeout_s: float = 5.0) -> list[str]:
+    """The live threads' names once threads that the collection just told to stop have exited.
+
+    A collection can free objects that own a worker thread (LlamaIndex's chat ``Memory`` keeps an
+    ``aiosqlite`` connection, one thread each); those threads end a few milliseconds later. Reading
+    before they have would list threads that are already going, so read until two reads agree.
+    """
+    names = sorted(t.name for t in threading.enumerate())
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        again = sorted(t.name for t in threading.enumerate())
+        if again == names:
+            break
+        names = again
+    return names
 
 
 def _tcp_inodes() -> set[str]:
