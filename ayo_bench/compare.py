@@ -102,7 +102,8 @@ def first_difference(a: str, b: str) -> int:
 def _shown(path: Path) -> str:
     """A path as the user should see it: relative to the checkout when inside it."""
     inside = CHECKOUT is not None and path.resolve().is_relative_to(CHECKOUT)
-    return str(path.resolve().relative_to(CHECKOUT)) if inside else str(path)
+    # outside: no machine's folder in a results file (provenance.shown_path: $AYO_HOME/..., ~/..., .../NAME)
+    return str(path.resolve().relative_to(CHECKOUT)) if inside else provenance.shown_path(path)
 
 
 # ---- one app ---------------------------------------------------------------------------
@@ -480,13 +481,13 @@ def print_load(name: str, out: dict[str, Any]) -> None:
 def header(cfg: EnginesConfig, args: argparse.Namespace, search_latency: float, llm_url: str,
            llm_given: bool) -> dict[str, Any]:
     """The results file's head: its provenance (server asked at ``llm_url``) and the run's settings."""
-    prov = provenance.collect(llm_url, started_by_ayo=not llm_given, dtype=LLM_DTYPE)
+    prov = provenance.collect(llm_url, started_by_ayo=not llm_given, dtype=LLM_DTYPE, outputs=(args.out,))
     return {
         "provenance": prov, "date": prov["date"], "machine": prov["machine"],
         "model": cfg.model, "llm_server": "AYO_LLM_URL (shared server)" if llm_given else "started by serve_llm",
         "max_tokens": cfg.max_tokens, "search_latency_s": search_latency, "mode": args.mode,
         "recorded_llm_requests": not args.no_record and args.mode == "latency",
-        "command": "ayo compare " + " ".join(args.argv),
+        "command": provenance.portable("ayo compare " + " ".join(args.argv)),
     }
 
 

@@ -3,7 +3,8 @@
 Every results file ``ayo compare`` writes (and the configuration benchmarks in a checkout)
 carries a ``provenance`` object::
 
-    {"schema": 1, "date": ..., "git": {"commit", "dirty", "source"}, "ayo_version": ...,
+    {"schema": 1, "date": ..., "git": {"commit", "dirty", "source", ["changes"], ["imported_elsewhere"]},
+     "ayo_version": ...,
      "machine": {...}, "server": {"url_given", "version", "model", "model_root", "dtype",
      "dtype_source", "max_model_len", "launch_flags", "cache_config"}}
 
@@ -12,7 +13,8 @@ The server part is asked of the server itself (``/version``, ``/v1/models``, and
 ``ayo_core.engines.llm_server.LLMServer`` passes when Ayo started the server, and
 ``None`` for a server given by URL (Ayo cannot know how someone else launched it).
 ``benchmarks/readme_table.py`` builds the README table's header from it and ``--check``
-compares its commit with the README's.
+compares its commit with the README's. No machine path goes into a results file
+(:func:`portable`): paths are relative to the checkout, ``$AYO_HOME/...`` or ``.../NAME``.
 """
 
 from __future__ import annotations
@@ -49,26 +51,119 @@ def machine() -> dict[str, Any]:
 
 
 RESULTS_PATH = "benchmarks/results"  # committed results, relative to the checkout
+# Ayo's first-party packages: a run's code is the checkout's only when every one of them was imported from it
+FIRST_PARTY = ("ayo_core", "ayo_llamaindex", "ayo_langchain", "ayo_shims", "ayo_examples", "ayo_bench")
+_SHOWN_CHANGES = 20  # how many changed paths a results file lists (the count is always complete)
 
 
-def git_state(folder: Path = _CHECKOUT) -> dict[str, Any]:
-    """The checkout's commit and whether its files differ from it (tracked changes or untracked, not ignored,
-    files), not counting ``benchmarks/results/``: results are what a run writes, not what it runs (a
-    sequence of benchmarks that writes there would otherwise call every later run dirty)."""
+def git_state(folder: Path = _CHECKOUT, outputs: tuple[Path | str, ...] = ()) -> dict[str, Any]:
+    """The checkout's commit and whether its files differ from it.
+
+    Dirty means any of: a tracked file changed; an untracked file that ``.gitignore`` does not
+    ignore (an untracked source is imported as readily as a tracked one). Not counted: ``benchmarks/results/`` (what a run writes, not what
+    it runs: a sequence of benchmarks that writes there would otherwise call every later run
+    dirty) and ``outputs``, the run's own output files or folders (``--out``). The paths that made
+    it dirty are listed (relative to the checkout) so a reader can judge them.
+    """
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30,
-                              check=True).stdout.strip()
+                              check=True).stdout
 
     try:
         if not (folder / ".git").exists():  # installed into a venv: a repo around it is not Ayo's
             raise FileNotFoundError(f"{folder / '.git'} does not exist")
-        commit = git("rev-parse", "HEAD")
-        # untracked sources change results too
-        dirty = bool(git("status", "--porcelain", "--", ".", f":(exclude){RESULTS_PATH}"))
+        commit = git("rev-parse", "HEAD").strip()
+        excluded = [f":(exclude){p}" for p in (RESULTS_PATH, *_inside(folder, outputs))]
+        changes = [line for line in git("status", "--porcelain", "--untracked-files=all", "--", ".",
+                                        *excluded).splitlines() if line]
     except (OSError, subprocess.SubprocessError) as exc:
         log.info("no git checkout at %s (%s): provenance names the installed version only", folder, exc)
         return {"commit": None, "dirty": None, "source": "installed package (no git checkout)"}
-    return {"commit": commit, "dirty": dirty, "source": str(folder)}
+    out: dict[str, Any] = {"commit": commit, "dirty": bool(changes), "source": "git checkout"}
+    if changes:
+        out["changes"] = {"count": len(changes), "first": changes[:_SHOWN_CHANGES]}
+    return out
+
+
+def code_state(folder: Path = _CHECKOUT, outputs: tuple[Path | str, ...] = ()) -> dict[str, Any]:
+    """:func:`git_state` of the checkout this process's code is from, dirty too when a first-party
+    package was imported from elsewhere (a worktree whose ``ayo_shims`` came from another checkout's
+    editable install ran that checkout's code, whatever its own ``git status`` says)."""
+    state = git_state(folder, outputs)
+    foreign = imported_elsewhere(folder)
+    if foreign and state["commit"] is not None:
+        state.update(dirty=True, imported_elsewhere=foreign)
+    return state
+
+
+def _inside(folder: Path, paths: tuple[Path | str, ...]) -> list[str]:
+    """``paths`` that lie inside ``folder``, relative to it (git pathspecs); others cannot make it dirty."""
+    root = folder.resolve()
+    inside = []
+    for path in paths:
+        resolved = (folder / path).resolve()
+        if resolved.is_relative_to(root) and resolved != root:
+            inside.append(str(resolved.relative_to(root)))
+    return inside
+
+
+def imported_elsewhere(folder: Path = _CHECKOUT) -> list[str]:
+    """The first-party packages this process imported from outside ``folder`` (symlinks resolved),
+    as ``package`` names: their code is not the commit's, whatever ``git status`` says."""
+    root = folder.resolve()
+    foreign = []
+    for name in FIRST_PARTY:
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None)
+        if where and not Path(where).resolve().is_relative_to(root):
+            foreign.append(name)
+    return foreign
+
+
+# An absolute path whose first folder exists on this machine ("/v1/models" in a URL does not match:
+# the lookbehind keeps a path that follows a host name or another path character out)
+_ABSOLUTE = re.compile(r"(?<![\w.:/~$-])/[^\s\"',;=]+")
+
+
+def shown_path(path: Path | str, checkout: Path = _CHECKOUT) -> str:
+    """A path as a results file may hold it: relative inside the checkout, ``$AYO_HOME/...`` or
+    ``~/...`` inside those, else ``.../NAME``: no machine's folder layout (a worktree location)."""
+    from ayo_core.models import ayo_home
+
+    resolved = Path(path).expanduser().resolve()
+    for base, shown in ((checkout.resolve(), ""), (ayo_home().resolve(), "$AYO_HOME/"), (Path.home().resolve(), "~/")):
+        if resolved == base:
+            return shown.rstrip("/") or "."
+        if resolved.is_relative_to(base):
+            return f"{shown}{resolved.relative_to(base)}"
+    return f".../{resolved.name}"
+
+
+def portable(value: Any, checkout: Path = _CHECKOUT) -> Any:
+    """``value`` (a results file's JSON, or a part of it) with every machine path rewritten by
+    :func:`shown_path`, in strings and command lines alike; everything else unchanged."""
+    if isinstance(value, dict):
+        return {k: portable(v, checkout) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [portable(v, checkout) for v in value]
+    if not isinstance(value, str) or "/" not in value:
+        return value
+
+    def rewrite(match: re.Match[str]) -> str:
+        path = match.group(0)
+        top = path.split("/")[1]
+        return shown_path(path, checkout) if top and Path("/", top).is_dir() else path
+
+    return _ABSOLUTE.sub(rewrite, value)
+
+
+def machine_paths(value: Any, checkout: Path = _CHECKOUT) -> list[str]:
+    """The strings in ``value`` that :func:`portable` would rewrite: machine paths."""
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in machine_paths(v, checkout)]
+    if isinstance(value, list | tuple):
+        return [p for v in value for p in machine_paths(v, checkout)]
+    return [value] if isinstance(value, str) and portable(value, checkout) != value else []
 
 
 def ayo_version() -> str | None:
@@ -136,11 +231,19 @@ def dtype_of(model_root: str | None) -> str | None:
     return match.group(1) if match else None
 
 
-def collect(llm_url: str | None, started_by_ayo: bool, dtype: str) -> dict[str, Any]:
+def collect(llm_url: str | None, started_by_ayo: bool, dtype: str,
+            outputs: tuple[Path | str, ...] = ()) -> dict[str, Any]:
     """The ``provenance`` object of a results file (see the module docstring); ``llm_url=None``:
-    no LLM server took part (a benchmark on fake engines), ``server`` is None."""
+    no LLM server took part (a benchmark on fake engines), ``server`` is None. ``outputs``: the
+    run's own output files or folders (they do not make the tree dirty, :func:`git_state`).
+    Machine paths come out as :func:`portable` writes them."""
+    return portable(_collect(llm_url, started_by_ayo, dtype, outputs))
+
+
+def _collect(llm_url: str | None, started_by_ayo: bool, dtype: str,
+             outputs: tuple[Path | str, ...]) -> dict[str, Any]:
     head = {"schema": SCHEMA, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "git": git_state(), "ayo_version": ayo_version(), "machine": machine()}
+            "git": code_state(outputs=outputs), "ayo_version": ayo_version(), "machine": machine()}
     if llm_url is None:
         return {**head, "server": None}
     server = server_facts(llm_url)

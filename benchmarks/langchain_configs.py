@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
         given = bool(os.environ.get("AYO_LLM_URL"))  # serve_llm yields it as is
         report: dict[str, Any] = {"provenance": provenance.collect(llm_url, started_by_ayo=not given, dtype="float32"),
                                   "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                  "command": " ".join(["benchmarks/langchain_configs.py", *(argv or sys.argv[1:])]),
+                                  "command": provenance.portable(" ".join(["benchmarks/langchain_configs.py", *(argv or sys.argv[1:])])),
                                   "llm_url": llm_url, "max_tokens": args.max_tokens, "k": args.k, "docs": args.docs,
                                   "cores": os.cpu_count(), "chains": {}}
 
