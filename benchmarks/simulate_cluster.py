@@ -54,7 +54,6 @@ import hashlib
 import json
 import random
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -358,8 +357,10 @@ def save(args: argparse.Namespace, capacity: float, rows: list, summary: dict, c
          floors: dict | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    data = {"provenance": {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    from ayo_bench import provenance
+
+    # the full provenance every results file carries (commit, dirty flag, machine); no server took part
+    data = {"provenance": {**provenance.collect(None, False, "none", outputs=(out,)),
                            "engines": "fake (virtual clock), 7B/A100 latency model stated in the script",
                            "queries": args.queries, "llm_replicas": args.llm_replicas,
                            "replica_model": args.replica_model, "distinct_questions": args.distinct_questions,

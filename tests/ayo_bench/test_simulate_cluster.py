@@ -25,7 +25,7 @@ def test_short_run_writes_figures_and_every_system_answers_the_same(tmp_path: Pa
     stem = "simulate_cluster" if replica_model == "serving" else "simulate_cluster-slots"
     data = json.loads((tmp_path / f"{stem}.json").read_text())
     assert (tmp_path / f"{stem}.png").stat().st_size > 0
-    assert data["provenance"]["replica_model"] == replica_model and data["provenance"]["commit"]
+    assert data["provenance"]["replica_model"] == replica_model and data["provenance"]["git"]["commit"]
     assert data["summary"]["answers_identical"] is True
     systems = {r["system"] for r in data["rows"]}
     assert systems == {*simulate_cluster.SYSTEMS, simulate_cluster.ABLATION}
