@@ -10,65 +10,23 @@ taking waiting requests by priority (vLLM's ``--scheduling-policy priority``) an
 arrival order. Under load, requests queue there, and that queue is what a scheduling policy orders.
 
 :class:`ServingFakeLLM` models exactly that, on the event loop's clock (with
-:class:`~ayo_core.runtime.clock.VirtualClock`, in no real time). Simplifications, each on the side
-of fewer surprises: a request reserves KV for its prompt and its whole output budget when admitted
-(vLLM allocates as it decodes and preempts when full; reserving never preempts); cached prefix
-blocks are shared for the cost of prefill but not for the reservation; the prefix cache is LRU over
-the KV cache's blocks. The answers are FakeLLM's (deterministic text from the prompt).
+:class:`~ayo_core.runtime.clock.VirtualClock`, in no real time): its timing is
+:class:`~ayo_core.emulate.step_engine.StepEngine`'s, the same engine model the emulated deployment
+(``ayo emulate``) runs in wall-clock time, with its simplifications. The answers are FakeLLM's
+(deterministic text from the prompt).
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from ayo_core.engines.llm_client import STOPPED, StopStream
+from ayo_core.emulate.step_engine import StepEngine, StepModel
+from ayo_core.engines.llm_client import STOPPED
 from ayo_core.runtime.fakes import FakeLLM, FakeLLMResult, _CallLog, output_tokens, token_ids
 
-
-@dataclass(frozen=True)
-class StepModel:
-    """Seconds per engine step, and the replica's capacity.
-
-    One step: ``step_base`` (reading the weights once, plus overhead) + ``per_sequence`` for each
-    further decoding sequence + ``per_context_token`` for every token of KV the step reads (each
-    decoding sequence's prompt and output so far) + ``per_prefill_token`` for each prompt token
-    prefilled in it (at most ``prefill_chunk`` per step). ``fixed`` is paid once per request before
-    it reaches the engine (HTTP, tokenization). Capacity: ``kv_tokens`` of KV cache, ``max_seqs``
-    running sequences.
-    """
-
-    fixed: float = 0.005
-    step_base: float = 0.015
-    per_sequence: float = 0.0001
-    per_context_token: float = 3.0e-7
-    per_prefill_token: float = 0.000125
-    prefill_chunk: int = 2048
-    kv_tokens: int = 100_000
-    max_seqs: int = 256
-
-    def step(self, decoding: int, context: int, prefill: int) -> float:
-        return (self.step_base + self.per_sequence * max(0, decoding - 1) + self.per_context_token * context
-                + self.per_prefill_token * prefill)
-
-
-@dataclass
-class _Sequence:
-    ids: list[int]
-    out: list[str]
-    max_tokens: int
-    stream_cb: Callable[[str], Any] | None
-    fut: asyncio.Future
-    reserve: int
-    cached: int = 0
-    prefill_left: int = 0
-    emitted: int = 0
-    decoding: bool = False
-    text: list[str] = field(default_factory=list)
+__all__ = ["ServingFakeLLM", "StepModel"]
 
 
 class ServingFakeLLM(FakeLLM):
@@ -77,136 +35,37 @@ class ServingFakeLLM(FakeLLM):
 
     def __init__(self, model: StepModel | None = None, responder: Callable[[str, int], str] | None = None,
                  block: int = 16) -> None:
-        self.model = model or StepModel()
+        self.engine = StepEngine(model, block=block)
+        self.model = self.engine.model
         super().__init__(responder=responder, max_concurrency=self.model.max_seqs, block=block)
-        self._queue: list[tuple[int, int, _Sequence]] = []
-        self._running: list[_Sequence] = []
-        self._kv_used = 0
-        self._stepping: asyncio.Task | None = None
-        self._lru: OrderedDict[int, None] = OrderedDict()
-        self.steps = 0
-        self.busy_s = 0.0  # time with at least one sequence running
-        self.sequence_s = 0.0  # running sequences x time: over a run's length, the mean batch
-        self.max_waiting = 0
+
+    # the engine's counters, read by the cluster simulation
+    steps = property(lambda self: self.engine.steps)
+    busy_s = property(lambda self: self.engine.busy_s)
+    sequence_s = property(lambda self: self.engine.sequence_s)
+    max_waiting = property(lambda self: self.engine.max_waiting)
+    waiting = property(lambda self: self.engine.waiting)
 
     @property
-    def waiting(self) -> int:
-        return sum(1 for _, _, s in self._queue if not s.fut.done())
+    def active(self) -> int:
+        return self.engine.active if hasattr(self, "engine") else 0
+
+    @active.setter
+    def active(self, value: int) -> None:  # FakeLLM's slot counter; the engine counts for itself
+        pass
 
     async def _generate(self, method: str, prompt: str, max_tokens: int, priority: int,
                         stream_cb: Callable[[str], None] | None) -> FakeLLMResult:
         loop = asyncio.get_running_loop()
         log = _CallLog(method, prompt, priority, loop.time())
         self.calls.append(log)
-        await asyncio.sleep(self.model.fixed)
-        ids = token_ids(prompt)
         budget = max(0, max_tokens)
-        if len(ids) + budget > self.model.kv_tokens:
-            raise ValueError(f"prompt of {len(ids)} tokens plus max_tokens={budget} does not fit this replica's "
-                             f"KV cache ({self.model.kv_tokens} tokens); shorten the prompt or lower max_tokens")
         out = output_tokens(self.responder(prompt, max_tokens).lstrip())[:budget] if budget else []
-        seq = _Sequence(ids, out, budget, stream_cb, loop.create_future(), reserve=len(ids) + budget)
-        heapq.heappush(self._queue, (priority, next(self._seq), seq))
-        self.max_waiting = max(self.max_waiting, len(self._queue))
-        if self._stepping is None or self._stepping.done():
-            self._stepping = loop.create_task(self._run_steps())
+        emit: Any = None if stream_cb is None else (lambda k: stream_cb(out[k]))
         try:
-            result: FakeLLMResult = await seq.fut
-            return result
+            done = await self.engine.generate(token_ids(prompt), len(out), budget, priority, emit)
         finally:
-            log.end, log.cached_tokens = loop.time(), seq.cached
-
-    # ---- the engine's loop ------------------------------------------------------------------
-    async def _run_steps(self) -> None:
-        while True:
-            self._admit()
-            if not self._running:
-                return
-            prefilled, prefill = self._plan_prefill()
-            decoding = [s for s in self._running if s.decoding]
-            context = sum(len(s.ids) + s.emitted for s in decoding)
-            seconds = self.model.step(len(decoding), context, prefill)
-            await asyncio.sleep(seconds)
-            self.steps += 1
-            self.busy_s += seconds
-            self.sequence_s += seconds * len(self._running)
-            for s in prefilled:
-                self._remember(s.ids)
-                s.decoding = True
-            for s in decoding + prefilled:  # the step that ends a prefill also samples its first token
-                self._emit(s)
-
-    def _admit(self) -> None:
-        for s in [s for s in self._running if s.fut.done()]:  # cancelled by its caller
-            self._finish(s, None)
-        while self._queue and len(self._running) < self.model.max_seqs:
-            _, _, s = self._queue[0]
-            if s.fut.done():
-                heapq.heappop(self._queue)
-                continue
-            if self._kv_used + s.reserve > self.model.kv_tokens:
-                break  # the head waits for room; vLLM's waiting queue does not skip it either
-            heapq.heappop(self._queue)
-            s.cached = self._cached_prefix(s.ids)
-            s.prefill_left = max(1, len(s.ids) - s.cached) if s.ids else 0
-            s.decoding = not s.prefill_left
-            self._kv_used += s.reserve
-            self._running.append(s)
-        self.active = len(self._running)
-
-    def _plan_prefill(self) -> tuple[list[_Sequence], int]:
-        """This step's prefill chunk, in admission order: the sequences it completes, and its tokens."""
-        budget, tokens, completed = self.model.prefill_chunk, 0, []
-        for s in self._running:
-            if s.decoding or not s.prefill_left or not budget:
-                continue
-            take = min(budget, s.prefill_left)
-            s.prefill_left -= take
-            budget -= take
-            tokens += take
-            if not s.prefill_left:
-                completed.append(s)
-        return completed, tokens
-
-    def _emit(self, s: _Sequence) -> None:
-        if s.fut.done():
-            self._finish(s, None)
-            return
-        if s.emitted >= len(s.out):  # a prefill, or nothing to say
-            self._finish(s, "length" if s.emitted >= s.max_tokens else "stop")
-            return
-        token = s.out[s.emitted]
-        s.emitted += 1
-        s.text.append(token)
-        if s.stream_cb is not None:
-            try:
-                s.stream_cb(token)
-            except StopStream:  # the real engine's early stop: the text so far, the rest never decoded
-                self._finish(s, STOPPED)
-                return
-        if s.emitted >= len(s.out):
-            self._finish(s, "length" if s.emitted >= s.max_tokens else "stop")
-
-    def _finish(self, s: _Sequence, reason: str | None) -> None:
-        if s in self._running:
-            self._running.remove(s)
-            self._kv_used -= s.reserve
-        if reason is not None and not s.fut.done():
-            s.fut.set_result(FakeLLMResult("".join(s.text), len(s.ids), s.emitted, s.cached, reason))
-
-    # ---- prefix cache: LRU over the KV cache's blocks ----------------------------------------
-    def _cached_prefix(self, ids: list[int]) -> int:
-        n = 0
-        for k, h in enumerate(self._block_hashes(ids)):
-            if h not in self._lru:
-                break
-            self._lru.move_to_end(h)
-            n = (k + 1) * self.block
-        return n
-
-    def _remember(self, ids: list[int]) -> None:
-        for h in self._block_hashes(ids):
-            self._lru[h] = None
-            self._lru.move_to_end(h)
-        while len(self._lru) > self.model.kv_tokens // self.block:
-            self._lru.popitem(last=False)
+            log.end = loop.time()
+        log.cached_tokens = done.cached
+        reason = STOPPED if done.finish == "stopped" else done.finish
+        return FakeLLMResult("".join(out[:done.emitted]), len(token_ids(prompt)), done.emitted, done.cached, reason)
