@@ -5,8 +5,15 @@ same options (normalize, query/text instructions, max_length, device), in stock'
 shape (``embed_batch_size`` texts per encode, each query alone). The engine scheduler may
 still merge concurrent same-shape requests, and with one worker thread (doc-QA with
 query expansion) kernels sum in another order, so a vector can differ from stock's in
-float rounding (~1e-7): retrieval only changes on an exact near-tie. Any other embedding
-class is called as the user's object (opaque), in a worker thread.
+float rounding (~1e-7): retrieval only changes on an exact near-tie.
+
+``OpenAIEmbedding`` / ``OpenAILikeEmbedding`` (a server such as TEI, vLLM or Infinity at
+``api_base``) -> Ayo's ``RemoteEmbeddingEngine`` on that server, sending what the object sends
+per text (its query/text model names, newlines replaced, its ``additional_kwargs``, the SDK's
+``encoding_format``), at most ``embed_batch_size`` texts a request; the engine scheduler merges
+concurrent queries' texts into shared requests. The server computes the vectors, so they are
+stock's. Any other embedding class (or one with options Ayo does not reproduce) is called as the
+user's object (opaque), in a worker thread.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from typing import Any
 
 from llama_index.core.base.embeddings.base import mean_agg
 
+from ayo_core.engines.remote_embedding import OPENAI_MAX_INPUTS, SENT_PARAMS
 from ayo_core.introspect import overrides_reason
 from ayo_llamaindex import events
 from ayo_shims import llamaindex as shim
+from ayo_shims import llamaindex_embeddings as openai_shim
 
 EmbedSend = Callable[..., Awaitable[list[list[float]]]]  # (texts, kind=..., batch_size=...) -> vectors
 
@@ -35,16 +44,22 @@ class EmbedBinding:
     model: Any
     recognized: bool = field(init=False)
     reason: str = field(init=False)
+    remote: bool = field(init=False)  # served by a RemoteEmbeddingEngine (else an in-process EmbeddingEngine)
 
     def __post_init__(self) -> None:
         self.recognized, self.reason = recognize_embedding(self.model)
+        self.remote = self.recognized and _openai_class() is not None and isinstance(self.model, _openai_class())
 
     @property
     def label(self) -> str:
-        return f"{type(self.model).__name__}({getattr(self.model, 'model_name', '?')})"
+        base = f"{type(self.model).__name__}({getattr(self.model, 'model_name', '?')})"
+        return f"{base} on the remote embedding engine at {self.model.api_base}" if self.remote else base
 
     def engine_options(self) -> dict[str, Any]:
-        """``EmbeddingEngine`` keyword arguments that reproduce the stock model's vectors."""
+        """Keyword arguments of the engine (``EmbeddingEngine``, or ``get_remote_embedding_engine`` when
+        ``remote``) that reproduce the stock model's vectors; values are hashable (they key the engine)."""
+        if self.remote:
+            return remote_engine_options(self.model)
         st = shim.sentence_transformer(self.model)
         prompts = getattr(st, "prompts", {}) or {}
         return {
@@ -85,8 +100,54 @@ class EmbedBinding:
         return await events.embedding(self.model, texts, lambda: send(texts, kind=kind, batch_size=self.batch_size))
 
 
+def _openai_class() -> type | None:
+    try:
+        from llama_index.embeddings.openai import OpenAIEmbedding
+    except ImportError:
+        return None
+    return OpenAIEmbedding  # type: ignore[no-any-return]
+
+
+def remote_engine_options(model: Any) -> dict[str, Any]:
+    """``get_remote_embedding_engine`` arguments for an ``OpenAIEmbedding``: what its SDK client sends."""
+    query_model, text_model = openai_shim.openai_embedding_models(model)
+    return {
+        "base_url": str(model.api_base), "model": text_model, "query_model": query_model,
+        "api_key": model.api_key or None, "max_batch": int(model.embed_batch_size),
+        "params": tuple(sorted((model.additional_kwargs or {}).items())), "replace_newlines": True,
+        "headers": tuple(sorted((model.default_headers or {}).items())),
+        "timeout": float(model.timeout), "max_retries": int(model.max_retries),
+    }
+
+
+def _recognize_openai(model: Any, base: type) -> tuple[bool, str]:
+    if over := overrides_reason(model, base, openai_shim.OPENAI_EMBEDDING_MIRRORED):
+        return False, over
+    if any(c is not None for c in openai_shim.openai_embedding_http_clients(model)):
+        return False, "an http_client / async_http_client is set (a transport Ayo would bypass)"
+    extra = dict(model.additional_kwargs or {})
+    if unknown := sorted(set(extra) - SENT_PARAMS):
+        return False, f"additional_kwargs {unknown} (only {sorted(SENT_PARAMS)} are reproduced)"
+    if extra.get("encoding_format", "float") != "float":
+        return False, f"encoding_format={extra['encoding_format']!r} (the SDK returns it undecoded)"
+    if not 1 <= int(model.embed_batch_size) <= OPENAI_MAX_INPUTS:
+        return False, f"embed_batch_size={model.embed_batch_size} (stock refuses more than {OPENAI_MAX_INPUTS})"
+    return _recognize_common(model)
+
+
+def _recognize_common(model: Any) -> tuple[bool, str]:
+    if getattr(model, "embeddings_cache", None) is not None:
+        return False, "an embeddings_cache is set"
+    if getattr(model, "rate_limiter", None) is not None:
+        return False, "a rate_limiter is set"
+    return True, ""
+
+
 def recognize_embedding(model: Any) -> tuple[bool, str]:
-    """Whether Ayo's embedding engine reproduces this model; if not, why."""
+    """Whether Ayo's embedding engines reproduce this model; if not, why."""
+    openai_cls = _openai_class()
+    if openai_cls is not None and isinstance(model, openai_cls):
+        return _recognize_openai(model, openai_cls)
     try:
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     except ImportError:
@@ -97,11 +158,7 @@ def recognize_embedding(model: Any) -> tuple[bool, str]:
         return False, over
     if shim.embedding_parallel_process(model):
         return False, "parallel_process=True"
-    if getattr(model, "embeddings_cache", None) is not None:
-        return False, "an embeddings_cache is set"
-    if getattr(model, "rate_limiter", None) is not None:
-        return False, "a rate_limiter is set"
     folder = Path(str(model.model_name))
     if not (folder / "modules.json").exists() and not (folder / "config.json").exists():
         return False, f"model_name {model.model_name!r} is not a local model folder"
-    return True, ""
+    return _recognize_common(model)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ayo_core.engines.openai_request import send_request
 from ayo_core.engines.registry import get_embedding_engine, get_llm_engine
+from ayo_core.engines.remote_embedding import get_remote_embedding_engine
 from ayo_core.runtime import Runtime, bridge, llm_config, shared_runtime
 from ayo_llamaindex.embedding import EmbedBinding, EmbedSend
 from ayo_llamaindex.llm import LLMBinding
@@ -83,8 +84,16 @@ def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: 
         if key is not None and key not in out.embed_kinds:
             kind = "embed" if not out.embed_kinds else f"embed{len(out.embed_kinds)}"
             out.embed_kinds[key] = kind
-            out.engines[kind] = get_embedding_engine(torch_threads=embed_threads(overlap), **e.engine_options())
+            out.engines[kind] = embedding_engine(e, overlap)
     return out
+
+
+def embedding_engine(binding: EmbedBinding, overlap: bool = False) -> Any:
+    """The shared engine that serves a recognized binding: the remote server's engine, or the
+    in-process one on the model's folder (``overlap``: see :func:`embed_threads`)."""
+    if binding.remote:
+        return get_remote_embedding_engine(**binding.engine_options())
+    return get_embedding_engine(torch_threads=embed_threads(overlap), **binding.engine_options())
 
 
 LLM_INFLIGHT = 64  # LLM requests a LlamaIndex pipeline lets the engine batch at once
@@ -119,7 +128,7 @@ def direct_embed_send(binding: EmbedBinding) -> EmbedSend | None:
     """An embed ``send`` straight to the shared engine (no scheduler): for work outside any graph."""
     if not binding.recognized:
         return None
-    return _embed_sender(get_embedding_engine(torch_threads=embed_threads(False), **binding.engine_options()))
+    return _embed_sender(embedding_engine(binding))
 
 
 def _embed_sender(engine: Any) -> EmbedSend:

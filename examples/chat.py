@@ -21,11 +21,10 @@ import chromadb
 from llama_index.core import Document, StorageContext, VectorStoreIndex
 from llama_index.core.chat_engine.types import BaseChatEngine
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 from llama_index.llms.openai_like import OpenAILike
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
-from .common import EnginesConfig, load_questions
+from .common import EnginesConfig, llamaindex_embedding, load_questions
 
 FRAMEWORK = "llamaindex"
 SYSTEM_PROMPT = "You are a helpful assistant for Python programmers. Answer from the documentation."
@@ -38,7 +37,7 @@ def build_index(cfg: EnginesConfig) -> VectorStoreIndex:
     for item in load_questions("chat"):
         for d in item["documents"]:
             documents[d["id"]] = Document(text=d["text"], id_=d["id"], metadata={"title": d["title"]})
-    embed_model = HuggingFaceEmbedding(model_name=cfg.embed_model_path, device="cpu")
+    embed_model = llamaindex_embedding(cfg)
     chroma = chromadb.PersistentClient(path=cfg.chroma_dir)
     name = "chat-" + hashlib.sha1("\n".join(sorted(documents)).encode()).hexdigest()[:16]
     if name in {c.name for c in chroma.list_collections()}:

@@ -44,6 +44,24 @@ class EnginesConfig:
     embed_model_path: str = field(default_factory=lambda: str(embedding_model_path()))
     chroma_dir: str = field(default_factory=lambda: str(ayo_home() / "chroma" / "examples"))
     search_url: str = ""  # the loopback search service (ayo_examples.search_service)
+    # an OpenAI-compatible embedding server (TEI, vLLM, Infinity; ``.../v1``) serving EMBED_MODEL_NAME:
+    # set, the apps embed there; empty, in-process with HuggingFace on embed_model_path
+    embed_url: str = ""
+
+
+EMBED_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def llamaindex_embedding(cfg: EnginesConfig) -> Any:
+    """The apps' LlamaIndex embedding model: ``OpenAILikeEmbedding`` at ``cfg.embed_url`` when set,
+    else ``HuggingFaceEmbedding`` on the local model folder (the default)."""
+    if cfg.embed_url:
+        from llama_index.embeddings.openai_like import OpenAILikeEmbedding
+
+        return OpenAILikeEmbedding(model_name=EMBED_MODEL_NAME, api_base=cfg.embed_url, api_key="unused")
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    return HuggingFaceEmbedding(model_name=cfg.embed_model_path, device="cpu")
 
 
 def load_questions(app: str, n: int | None = None) -> list[dict[str, Any]]:

@@ -23,11 +23,10 @@ from llama_index.core import Document, StorageContext, VectorStoreIndex
 from llama_index.core.extractors import DocumentContextExtractor
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.storage.docstore import SimpleDocumentStore
-from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 from llama_index.llms.openai_like import OpenAILike
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
-from .common import EnginesConfig, answer_text, call_async
+from .common import EnginesConfig, answer_text, call_async, llamaindex_embedding
 
 FRAMEWORK = "llamaindex"
 
@@ -37,7 +36,7 @@ def build_stock(cfg: EnginesConfig) -> Callable[[str, list[Document]], Any]:
         model=cfg.model, api_base=cfg.llm_url, api_key="unused", is_chat_model=True,
         temperature=0.0, max_tokens=cfg.max_tokens, context_window=8192,
     )
-    embed_model = HuggingFaceEmbedding(model_name=cfg.embed_model_path, device="cpu")
+    embed_model = llamaindex_embedding(cfg)
     chroma = chromadb.PersistentClient(path=cfg.chroma_dir)
     splitter = SentenceSplitter(chunk_size=128, chunk_overlap=16)
 

@@ -26,10 +26,9 @@ from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.query_engine import SubQuestionQueryEngine
 from llama_index.core.question_gen import LLMQuestionGenerator
 from llama_index.core.tools import QueryEngineTool
-from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 from llama_index.llms.openai_like import OpenAILike
 
-from .common import EnginesConfig, answer_text
+from .common import EnginesConfig, answer_text, llamaindex_embedding
 from .corpus import load_corpus
 
 FRAMEWORK = "llamaindex"
@@ -71,9 +70,10 @@ def sub_question_schema() -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4)
-def _indexes(embed_model_path: str) -> dict[str, VectorStoreIndex]:
+def _indexes(embed_model_path: str, embed_url: str = "") -> dict[str, VectorStoreIndex]:
     """One in-memory index per topic, built once per process (stock and optimized apps share them)."""
-    embed_model = HuggingFaceEmbedding(model_name=embed_model_path, device="cpu")
+    embed_model = llamaindex_embedding(EnginesConfig(llm_url="", embed_model_path=embed_model_path,
+                                                     embed_url=embed_url))
     splitter = SentenceSplitter(chunk_size=256, chunk_overlap=32)
     return {name: VectorStoreIndex.from_documents(
         [Document(text=d["text"], id_=d["id"], metadata={"title": d["title"]}) for d in docs],
@@ -95,7 +95,7 @@ def build_stock(cfg: EnginesConfig) -> SubQuestionQueryEngine:
             index.as_query_engine(llm=llm, similarity_top_k=2, response_mode="compact"),
             name=name, description=TOPICS[name][0],
         )
-        for name, index in _indexes(cfg.embed_model_path).items()
+        for name, index in _indexes(cfg.embed_model_path, cfg.embed_url).items()
     ]
     return SubQuestionQueryEngine.from_defaults(
         query_engine_tools=tools, llm=llm, question_gen=LLMQuestionGenerator.from_defaults(llm=json_llm),

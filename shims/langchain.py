@@ -209,3 +209,7 @@ LLM_ASYNC_CLIENT = declare(
 def with_async_client(model: Any, wrap: Callable[[Any], Any]) -> Any:
     """A copy of ``model`` (``ChatOpenAI`` / ``OpenAI``) whose ``async_client`` is ``wrap(its client)``."""
     return model.model_copy(update={"async_client": wrap(model.async_client)})
+
+
+# the OpenAIEmbeddings touchpoint (remote embedding servers): declared with this adapter's
+from ayo_shims import langchain_embeddings  # noqa: E402,F401

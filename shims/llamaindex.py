@@ -38,7 +38,8 @@ CHROMA_CHECKED = "0.6.x (checked 0.6.0)"
 # the distributions ayo_llamaindex touches -> the module whose import means it is in use (None: always)
 FRAMEWORKS = {CORE: None, INSTRUMENTATION: None, OPENAI_LLM: "llama_index.llms.openai",
               HF_EMBED: "llama_index.embeddings.huggingface", CHROMA: "llama_index.vector_stores.chroma",
-              "openai": "openai", "llama-index-workflows": None}
+              "openai": "openai", "llama-index-workflows": None,
+              "llama-index-embeddings-openai": "llama_index.embeddings.openai"}
 
 
 def frameworks_in_use() -> tuple[str, ...]:
@@ -568,5 +569,6 @@ EMBEDDING_MIRRORED = mirrored(_HF, "HuggingFaceEmbedding", (
     why="Ayo's embedding engine computes the vectors the model's own methods would")
 
 
-# the Workflow touchpoints live in their own module; importing it declares them with this adapter's
-from ayo_shims import llamaindex_workflows  # noqa: E402,F401
+# the Workflow touchpoints and the OpenAI-compatible embedding ones (remote embedding servers) live in
+# their own modules; importing them declares them with this adapter's
+from ayo_shims import llamaindex_embeddings, llamaindex_workflows  # noqa: E402,F401

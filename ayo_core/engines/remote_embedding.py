@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 # "base64" back undecoded, a value no vector search takes.
 SENT_PARAMS = frozenset({"dimensions", "user", "encoding_format"})
 OPENAI_MAX_INPUTS = 2048  # the most inputs one OpenAI embeddings request may carry
+Pairs = Mapping[str, Any] | Iterable[tuple[str, Any]]  # a dict, or its items (hashable: they key engines)
 
 
 class RemoteEmbeddingError(RuntimeError):
@@ -88,25 +89,27 @@ class RemoteEmbeddingEngine:
     ``model``: the model name sent for ``kind="text"``; ``query_model`` for ``kind="query"`` (default:
     ``model``). ``params``: extra request fields (``dimensions``, ``user``, ``encoding_format``).
     ``headers``: sent with every request (besides ``Authorization: Bearer <api_key>`` when a key is set).
+    ``params`` and ``headers`` may be dicts or their items.
     """
 
     _ids = itertools.count()
 
     def __init__(self, base_url: str, model: str, *, query_model: str | None = None, api_key: str | None = None,
-                 max_batch: int = OPENAI_MAX_INPUTS, params: Mapping[str, Any] | None = None,
-                 replace_newlines: bool = False, headers: Mapping[str, str] | None = None, timeout: float = 60.0,
+                 max_batch: int = OPENAI_MAX_INPUTS, params: Pairs | None = None,
+                 replace_newlines: bool = False, headers: Pairs | None = None, timeout: float = 60.0,
                  connect_timeout: float = 10.0, max_retries: int = 2, max_connections: int = 64) -> None:
         if max_batch < 1:
             raise ValueError(f"RemoteEmbeddingEngine max_batch must be >= 1, got {max_batch}")
-        unknown = set(params or {}) - SENT_PARAMS
+        params, headers = dict(params or {}), dict(headers or {})
+        unknown = set(params) - SENT_PARAMS
         if unknown:
             raise ValueError(f"RemoteEmbeddingEngine params {sorted(unknown)} are not request fields Ayo sends; "
                              f"use only {sorted(SENT_PARAMS)}")
         self.base_url = base_url.rstrip("/")
         self.models: dict[str, str] = {"text": model, "query": query_model or model}
         self.max_batch, self.replace_newlines, self.max_retries = max_batch, replace_newlines, max_retries
-        self.params = dict(params or {})
-        self.headers = {**(headers or {}), **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+        self.params = params
+        self.headers = {**headers, **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.timeout, self.connect_timeout, self.max_connections = timeout, connect_timeout, max_connections
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncHTTPClient] = per_loop_map()
         self._stats = EmbeddingStats(0, 0, 0, 0, 0, 0.0)
