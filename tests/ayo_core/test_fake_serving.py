@@ -157,7 +157,7 @@ def test_a_cancelled_request_frees_its_kv():
         assert llm.waiting == 1  # no room while the hog runs
         hog.cancel()
         await waiter
-        return loop.time(), llm._kv_used
+        return loop.time(), llm.engine._kv_used
 
     elapsed, kv_used = run_virtual(main)
     assert elapsed < 30.0 and kv_used == 0
