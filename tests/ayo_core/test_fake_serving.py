@@ -167,5 +167,5 @@ def test_a_prompt_larger_than_the_cache_is_refused_with_the_fix():
     async def main():
         await ServingFakeLLM(MODEL).complete(prompt(900), max_tokens=200)
 
-    with pytest.raises(ValueError, match="does not fit this replica's KV cache.*lower max_tokens"):
+    with pytest.raises(ValueError, match="does not fit this engine's KV cache.*lower max_tokens"):
         run_virtual(main)
