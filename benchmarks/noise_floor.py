@@ -12,7 +12,10 @@ A B / B A instead). There is no Ayo in it: each pair's ratio A/B would be exactl
 perfectly steady machine. Printed: every run's time, the spread
 (slowest / fastest run), and the A/A ratio's geometric mean with its 95 % interval
 (``ayo_bench.stats``), which is how wide an ``ayo compare`` interval with the same n is before Ayo
-changes anything. The JSON (with provenance) goes to ``--out`` (default ``$AYO_HOME/results``).
+changes anything. ``--repeat R`` makes R such A/A runs one after another (seeds ``seed .. seed+R-1``)
+into the same file, so figures quoted over several runs come from one results file: ``repeats``
+holds each run, the top level the first (as a single run writes it) and ``summary`` the range over
+all. The JSON (with provenance) goes to ``--out`` (default ``$AYO_HOME/results``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,16 @@ async def measure(url: str, pairs: int, max_tokens: int, order: str = "random", 
             "aa_ratio_interval": None if interval is None else interval.as_dict()}
 
 
+def summarize_repeats(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures quoted over several A/A runs: the spread and the A/A ratio's range, and the worst pair."""
+    ratios = [a / b for r in repeats for a, b in zip(r["runs"]["A"], r["runs"]["B"], strict=True)]
+    geomeans = [r["aa_ratio_interval"]["geomean"] for r in repeats if r["aa_ratio_interval"]]
+    spreads = [r["spread_slowest_over_fastest"] for r in repeats]
+    return {"repeats": len(repeats), "spread_min": min(spreads), "spread_max": max(spreads),
+            "aa_geomean_min": min(geomeans, default=None), "aa_geomean_max": max(geomeans, default=None),
+            "pair_ratio_max_deviation": max(abs(r - 1) for r in ratios) if ratios else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", "--pairs", type=int, default=8)
@@ -83,22 +96,27 @@ def main(argv: list[str] | None = None) -> int:
                     help="who runs first in each pair: ayo compare's balanced random order, or strict "
                          "A B / B A alternation (the order ayo compare used before; see stats.first_sides)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=1, help="A/A runs into the one file (seeds seed..seed+R-1)")
     ap.add_argument("--out", default=None, help="results folder (default: $AYO_HOME/results)")
     args = ap.parse_args(argv)
     from ayo_core import serve_llm
 
     given = bool(os.environ.get("AYO_LLM_URL"))
     os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")  # a server we start can empty its prefix cache
-    with serve_llm(dtype=LLM_DTYPE) as url:
-        result = asyncio.run(measure(url, args.pairs, args.max_tokens, args.order, args.seed))
-        result["provenance"] = provenance.collect(url, started_by_ayo=not given, dtype=LLM_DTYPE)
-    ci = result["aa_ratio_interval"]
-    print(f"A/A: median run {result['median_s']:.2f} s, slowest/fastest {result['spread_slowest_over_fastest']:.2f}; "
-          f"A/A ratio {ci['geomean']:.2f}x, 95 % interval {ci['ci95_low']:.2f}-{ci['ci95_high']:.2f} over {ci['n']} pairs")
     out = Path(args.out) if args.out else default_results_dir()
+    with serve_llm(dtype=LLM_DTYPE) as url:
+        repeats = [asyncio.run(measure(url, args.pairs, args.max_tokens, args.order, args.seed + k))
+                   for k in range(args.repeat)]
+        result = {**repeats[0], "repeats": repeats, "summary": summarize_repeats(repeats),
+                  "provenance": provenance.collect(url, started_by_ayo=not given, dtype=LLM_DTYPE, outputs=(out,))}
+    for r in repeats:
+        ci = r["aa_ratio_interval"]
+        print(f"A/A seed {r['seed']}: median run {r['median_s']:.2f} s, slowest/fastest "
+              f"{r['spread_slowest_over_fastest']:.2f}; A/A ratio {ci['geomean']:.2f}x, 95 % interval "
+              f"{ci['ci95_low']:.2f}-{ci['ci95_high']:.2f} over {ci['n']} pairs")
     out.mkdir(parents=True, exist_ok=True)
     (out / "noise_floor.json").write_text(json.dumps(result, indent=1))
-    print(f"wrote {out / 'noise_floor.json'}")
+    print(f"wrote {provenance.shown_path(out / 'noise_floor.json')}")
     return 0
 
 
