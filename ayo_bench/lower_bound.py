@@ -1,0 +1,267 @@
+"""A lower bound on one call's latency that holds for *any* schedule of its work.
+
+    bound = max(critical path, busiest engine's work)
+
+* **critical path**: the longest dependency path of the query's primitive graph (the executed
+  graph the trace keeps, grown by any ``Expand``), each node at its zero-load service time: the
+  sum of its requests' service times (:mod:`ayo_bench.service_model`) where the node issued one
+  after the previous had ended, the longest of them where they overlapped. Engines are taken
+  as unlimited and never busy: no schedule waits less. A per-part node whose parts start as its
+  producer streams them (decode pipelining) adds only its shortest part after the producer's
+  finish; a node without engine work (local Python) counts 0.
+* **busiest engine's work**: the least time each engine must be busy to serve the call's
+  required requests under any batching (``llm_engine_floor_s``, ``embed_engine_floor_s``), at
+  zero load, not the union of Ayo's in-flight intervals (that is a utilization of Ayo's schedule).
+
+Both hold for any schedule, so ``latency / bound >= 1`` for every run; how far above 1 is what
+scheduling, Python, queueing and interference cost. A call that ran several of Ayo's queries (a
+conversation's turns) chains them where one started after the other ended (the caller awaited
+it), as it chains requests made outside Ayo's graph (a doc-QA function's own code).
+
+Where it is loose: local nodes and searches count 0 (no service model for Python or for the
+search service: a node's own code could take any time); the graph's expansions are ordered only
+by their data edges (an expansion cannot start before the node that made it, which the bound
+ignores); cached prompt tokens are those of the run (a schedule that shared more prefix would
+prefill less). Where it leans on data: each LLM request's token counts come from the recorder's
+row matched to the trace's engine call by time (the row lies inside the call); a call with no
+row counts 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ayo_core.runtime.query import is_stream_consumer
+
+from .service_model import LLMRequest, embed_engine_floor_s, llm_engine_floor_s, service_name
+
+log = logging.getLogger("ayo.compare.bound")
+CLOCK_SLACK_S = 0.005  # a recorder row lies inside its engine call, up to the two clocks' read order
+
+
+@dataclass
+class Request:
+    """One engine request of the call, as the bound sees it: when it was asked for, and its service."""
+
+    engine: str
+    issued: float
+    end: float
+    start: float | None = None  # when the engine began it (None: as issued)
+    service_s: float = 0.0
+    items: int = 1
+    node: str = ""
+    trace: int = -1  # index of the trace it belongs to; -1: outside Ayo's graph
+    llm: LLMRequest | None = None
+    required: bool = True
+
+
+@dataclass
+class LowerBound:
+    """The bound of one call and its two parts (seconds)."""
+
+    latency_s: float
+    bound_s: float
+    critical_path_s: float
+    busiest_engine: str
+    engine_work_s: dict[str, float]
+    latency_over_bound: float
+    service_model: str
+    llm_requests: int = 0
+    llm_requests_with_tokens: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- longest chains --------------------------------------------------------------------
+def longest_chain(items: Sequence[tuple[float, float, float]]) -> float:
+    """Longest sum of costs over ``(issued, end, cost)`` items each issued after the previous ended."""
+    order = sorted(items, key=lambda x: x[1])
+    best: list[float] = []
+    for i, (issued, _, cost) in enumerate(order):
+        before = [best[j] for j in range(i) if order[j][1] <= issued]
+        best.append(cost + max(before, default=0.0))
+    return max(best, default=0.0)
+
+
+# ---- requests of a call ----------------------------------------------------------------
+def requests_from_traces(traces: Sequence[Any]) -> list[Request]:
+    """Every engine call of the traces, issued when its node asked (start minus time queued)."""
+    out = []
+    for t, trace in enumerate(traces):
+        graph = getattr(trace, "graph", None)
+        for c in getattr(trace, "engine_calls", []) or []:
+            node = graph.nodes.get(c.node) if graph is not None else None
+            required = node is not None and not node.meta.get("optional")
+            out.append(Request(str(c.engine), c.start - c.queued, c.end, start=c.start, items=c.items, node=c.node,
+                               trace=t, required=required or graph is None))
+    return out
+
+
+def match_rows(requests: list[Request], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give each LLM request the recorder row inside it (tightest first); return the rows left over."""
+    llm = [r for r in requests if r.engine.lower().startswith("llm")]
+    pairs = []
+    for i, row in enumerate(rows):
+        for k, req in enumerate(llm):
+            lead, tail = row["start"] - (req.issued if req.start is None else req.start), req.end - row["end"]
+            if lead >= -CLOCK_SLACK_S and tail >= -CLOCK_SLACK_S:
+                pairs.append((abs(lead) + abs(tail), i, k))
+    used_rows, used_reqs = set(), set()
+    for _, i, k in sorted(pairs):
+        if i in used_rows or k in used_reqs:
+            continue
+        used_rows.add(i)
+        used_reqs.add(k)
+        llm[k].llm = llm_request(rows[i])
+    return [row for i, row in enumerate(rows) if i not in used_rows]
+
+
+def llm_request(row: dict[str, Any]) -> LLMRequest | None:
+    """The token counts of a recorder row (None when it has none)."""
+    if row.get("prompt_tokens") is None and row.get("completion_tokens") is None:
+        return None
+    return LLMRequest(int(row.get("prompt_tokens") or 0), int(row.get("cached_tokens") or 0),
+                      int(row.get("completion_tokens") or 0))
+
+
+def price(requests: Iterable[Request], service: Any) -> None:
+    """Each request's zero-load service time from ``service``."""
+    for r in requests:
+        if r.llm is not None:
+            r.service_s = float(service.llm_alone_s(r.llm.prompt_tokens, r.llm.cached_tokens, r.llm.completion_tokens))
+        elif r.engine == "embed":
+            r.service_s = float(service.embed_batch_s(r.items, 0))
+        elif not r.engine.lower().startswith("llm"):
+            call_s = getattr(service, "call_s", None)
+            seconds = call_s(r.engine, "query", r.items) if callable(call_s) else None
+            r.service_s = float(seconds or 0.0)
+
+
+# ---- per node --------------------------------------------------------------------------
+def _spans(trace: Any) -> list[Any]:
+    return [s for s in getattr(trace, "nodes", []) or [] if s.end >= s.start]
+
+
+def assign_to_spans(trace_index: int, trace: Any, requests: list[Request], rows: list[dict[str, Any]],
+                    service: Any) -> tuple[dict[int, list[Request]], list[Request], list[dict[str, Any]]]:
+    """The requests each span made (by id of the span), the rows made into requests there, and the
+    rows no span holds.
+
+    An engine call goes to the span of its node that holds it most tightly; a leftover recorder
+    row (a request made by the node's own code, not through Ayo's engines) to the shortest span
+    that holds it.
+    """
+    spans = _spans(trace)
+    by_span: dict[int, list[Request]] = defaultdict(list)
+    for r in (r for r in requests if r.trace == trace_index):
+        inside = [s for s in spans if s.node == r.node and s.start - CLOCK_SLACK_S <= r.issued
+                  and r.end <= s.end + CLOCK_SLACK_S]
+        if inside:
+            best = min(inside, key=lambda s: (s.end - r.end) + (r.issued - s.start))
+            by_span[id(best)].append(r)
+    inner, outside = [], []
+    for row in rows:
+        holders = [s for s in spans if s.start - CLOCK_SLACK_S <= row["start"] and row["end"] <= s.end + CLOCK_SLACK_S]
+        if holders:
+            span = min(holders, key=lambda s: s.end - s.start)
+            req = Request("llm", row["start"], row["end"], llm=llm_request(row), node=span.node, trace=trace_index)
+            price([req], service)
+            graph = getattr(trace, "graph", None)
+            node = graph.nodes.get(span.node) if graph is not None else None
+            req.required = graph is None or (node is not None and not node.meta.get("optional"))
+            by_span[id(span)].append(req)
+            inner.append(req)
+        else:
+            outside.append(row)
+    return by_span, inner, outside
+
+
+def node_services(trace: Any, by_span: dict[int, list[Request]]) -> dict[str, float]:
+    """Zero-load service per node: its span's requests chained; parts as the runtime runs them."""
+    whole: dict[str, float] = {}
+    parts: dict[str, list[float]] = defaultdict(list)
+    graph = getattr(trace, "graph", None)
+    for s in _spans(trace):
+        cost = longest_chain([(r.issued, r.end, r.service_s) for r in by_span.get(id(s), [])])
+        if s.part is None:
+            whole[s.node] = max(whole.get(s.node, 0.0), cost)
+        else:
+            parts[s.node].append(cost)
+    for name, costs in parts.items():
+        node = graph.nodes.get(name) if graph is not None else None
+        streamed = node is not None and is_stream_consumer(node)
+        # parts of a streamed consumer start as their producer emits them: only the shortest
+        # surely runs after the producer's finish; other per-part nodes start them all together
+        whole[name] = max(whole.get(name, 0.0), min(costs) if streamed else max(costs))
+    return whole
+
+
+def graph_critical_path(graph: Any, services: dict[str, float]) -> float:
+    """Longest path of ``services`` over ``graph``'s edges (optional nodes are not waited for)."""
+    finish: dict[str, float] = {}
+    for name in graph.topo_order():
+        node = graph.nodes[name]
+        deps = [d for d in node.deps if d in graph.nodes]
+        if is_stream_consumer(node):
+            source = node.inputs[node.meta["per_part"]]
+            others = [finish[d] for d in deps if d != source]
+            start = max([*others, _start(graph, source, finish)], default=0.0)
+            finish[name] = max(finish.get(source, 0.0), start + services.get(name, 0.0))
+        else:
+            finish[name] = max((finish[d] for d in deps), default=0.0) + services.get(name, 0.0)
+    return max((f for n, f in finish.items() if not graph.nodes[n].meta.get("optional")), default=0.0)
+
+
+def _start(graph: Any, name: str, finish: dict[str, float]) -> float:
+    """Earliest start of ``name``: when its producers are all done."""
+    return max((finish[d] for d in graph.nodes[name].deps if d in finish), default=0.0)
+
+
+# ---- the call --------------------------------------------------------------------------
+def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Sequence[dict[str, Any]] | None,
+                     service: Any) -> LowerBound:
+    """The lower bound of one call: Ayo's ``traces`` of it, the recorder's ``rows`` inside it (may be
+    None: no recorder) and a service model (see :mod:`ayo_bench.service_model`)."""
+    requests = requests_from_traces(traces)
+    left = match_rows(requests, list(rows or []))
+    price(requests, service)
+    top: list[tuple[float, float, float]] = []
+    every = list(requests)
+    for t, trace in enumerate(traces):
+        by_span, inner, left = assign_to_spans(t, trace, requests, left, service)
+        every += inner
+        services = node_services(trace, by_span)
+        graph = getattr(trace, "graph", None)
+        cp = graph_critical_path(graph, services) if graph is not None else max(services.values(), default=0.0)
+        top.append((trace.start, trace.end, cp))
+    outside = [Request("llm", row["start"], row["end"], llm=llm_request(row)) for row in left]
+    price(outside, service)
+    every += outside
+    top += [(r.issued, r.end, r.service_s) for r in outside]
+    critical = longest_chain(top)
+    work = engine_work(every, service)
+    busiest = max(work, key=lambda k: work[k], default="")
+    bound = max(critical, work.get(busiest, 0.0))
+    latency = max(0.0, call[1] - call[0])
+    llm = [r for r in every if r.engine.lower().startswith("llm")]
+    return LowerBound(latency_s=latency, bound_s=bound, critical_path_s=critical, busiest_engine=busiest,
+                      engine_work_s=work, latency_over_bound=latency / bound if bound > 0 else float("nan"),
+                      service_model=service_name(service), llm_requests=len(llm),
+                      llm_requests_with_tokens=sum(r.llm is not None for r in llm))
+
+
+def engine_work(requests: Sequence[Request], service: Any) -> dict[str, float]:
+    """Each engine's least busy time for the call's required requests, batched in any way."""
+    needed = [r for r in requests if r.required]
+    llm = [r.llm for r in needed if r.engine.lower().startswith("llm") and r.llm is not None]
+    out = {"llm": llm_engine_floor_s(service, llm)} if llm else {}
+    texts = sum(r.items for r in needed if r.engine == "embed")
+    if texts:
+        out["embed"] = embed_engine_floor_s(service, texts)
+    return out

@@ -1,0 +1,229 @@
+"""The lower bound of ``ayo_bench.lower_bound`` on fake engines whose best schedule is known.
+
+Fake engines (``ayo_core.runtime.fakes``, ``fake_serving``) on a virtual clock: their service
+times are exact, so a chain's only schedule must meet the bound, an engine that cannot batch must
+take its total work, and no schedule (Ayo's runtime, the sequential reference interpreter) may
+beat the bound. The LLM fakes here also write recorder rows (what ``ayo_bench.recorder`` writes
+for a real server): the bound reads token counts only from them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ayo_bench.lower_bound import call_lower_bound, longest_chain
+from ayo_bench.service_model import (
+    FakeEnginesServiceModel,
+    LLMRequest,
+    MeasuredServiceModel,
+    StepServiceModel,
+    embed_engine_floor_s,
+    step_engine_floor_s,
+)
+from ayo_core.graph import Graph, Node, Op
+from ayo_core.runtime import Runtime, reference_run
+from ayo_core.runtime.clock import run_virtual
+from ayo_core.runtime.context import Engines
+from ayo_core.runtime.fake_serving import ServingFakeLLM, StepModel
+from ayo_core.runtime.fakes import FakeEmbedding, FakeLLM, LatencyModel
+
+STEP = StepModel(fixed=0.004, step_base=0.012, per_sequence=0.001, per_context_token=1e-5, per_prefill_token=2e-4,
+                 prefill_chunk=64)
+SERIAL = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=0.9)
+
+
+class Recorded:
+    """Mixin: each request leaves a recorder-shaped row (start, end, token counts), on the loop's clock."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rows: list[dict[str, Any]] = []
+
+    async def _generate(self, method: str, prompt: str, max_tokens: int, priority: int, stream_cb: Any) -> Any:
+        start = asyncio.get_running_loop().time()
+        result = await super()._generate(method, prompt, max_tokens, priority, stream_cb)  # type: ignore[misc]
+        self.rows.append({"path": "/v1/completions", "start": start, "end": asyncio.get_running_loop().time(),
+                          "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+                          "cached_tokens": result.cached_tokens})
+        return result
+
+
+class RecordedServingLLM(Recorded, ServingFakeLLM):
+    pass
+
+
+class RecordedFakeLLM(Recorded, FakeLLM):
+    pass
+
+
+def llm_node(name: str, words: int, tokens: int, deps: tuple[str, ...] = ()) -> Node:
+    async def fn(ctx: Any, **inputs: Any) -> str:
+        prompt = " ".join(f"{name}w{i}" for i in range(words))  # distinct words: no shared cached prefix
+        return (await ctx.llm.complete(prompt, max_tokens=tokens)).text
+
+    return Node(name, Op.DECODE, fn=fn, inputs={f"i{k}": d for k, d in enumerate(deps)}, engine="llm")
+
+
+def embed_node(name: str, texts: int) -> Node:
+    async def fn(ctx: Any, **inputs: Any) -> list:
+        return await ctx.embed.aembed([f"text {i}" for i in range(texts)])
+
+    return Node(name, Op.EMBED, fn=fn, engine="embed")
+
+
+def graph_of(nodes: list[Node], output: str) -> Graph:
+    g = Graph("q", nodes)
+    g.output(output)
+    return g
+
+
+def bound_of_run(graph: Graph, engines: Engines, service: Any, sequential: bool = False) -> Any:
+    """Run ``graph`` (Ayo's runtime, or the sequential reference interpreter) in virtual time; its bound."""
+    async def main() -> Any:
+        if sequential:
+            _, trace = await reference_run(graph, {}, engines)
+        else:
+            _, trace = await Runtime(engines, inline_sync=True).run(graph, {})
+        return call_lower_bound([trace], (trace.start, trace.end), engines.llm.rows, service)
+
+    return run_virtual(main)
+
+
+def test_a_chain_meets_its_bound_exactly() -> None:
+    g = graph_of([llm_node("a", 30, 5), llm_node("b", 200, 12, ("a",)), llm_node("c", 10, 1, ("b",))], "c")
+    engines = Engines(llm=RecordedServingLLM(STEP))
+    b = bound_of_run(g, engines, StepServiceModel(STEP))
+    assert b.llm_requests == b.llm_requests_with_tokens == 3
+    assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-9)  # the only schedule
+    assert b.bound_s == pytest.approx(b.latency_s, rel=1e-9) and b.latency_over_bound == pytest.approx(1.0)
+    assert b.engine_work_s["llm"] < b.bound_s  # fixed per request is no engine time
+
+
+def test_a_fan_out_on_an_engine_that_cannot_batch_is_bounded_by_its_total_work() -> None:
+    g = graph_of([llm_node(f"f{i}", 20 + 10 * i, 4 + i) for i in range(4)]
+                 + [Node("join", Op.AGGREGATE, fn=lambda ctx, **kw: len(kw), inputs={f"x{i}": f"f{i}" for i in range(4)})],
+                 "join")
+    engines = Engines(llm=RecordedFakeLLM(SERIAL, max_concurrency=1))
+    service = FakeEnginesServiceModel(SERIAL, llm_slots=1)
+    b = bound_of_run(g, engines, service)
+    alone = [service.llm_alone_s(20 + 10 * i, 0, 4 + i) for i in range(4)]
+    assert b.busiest_engine == "llm" and b.engine_work_s["llm"] == pytest.approx(sum(alone))
+    assert b.critical_path_s == pytest.approx(max(alone))  # unlimited engines: all four at once
+    assert b.bound_s == pytest.approx(b.latency_s, rel=1e-9)  # one slot: every schedule takes the sum
+
+
+def test_a_diamond_is_bounded_by_its_critical_path() -> None:
+    embed_model = LatencyModel(fixed=0.01, per_item=0.002, batch_efficiency=0.5)
+    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)  # no slowdown
+    g = graph_of([embed_node("e", 8), llm_node("long", 50, 20, ("e",)), llm_node("short", 10, 2, ("e",)),
+                  llm_node("final", 30, 6, ("long", "short"))], "final")
+    engines = Engines(llm=RecordedFakeLLM(wide, max_concurrency=8), embed=FakeEmbedding(embed_model))
+    service = FakeEnginesServiceModel(wide, llm_slots=8, embed=embed_model)
+    b = bound_of_run(g, engines, service)
+    path = embed_model.items_cost(8) + service.llm_alone_s(50, 0, 20) + service.llm_alone_s(30, 0, 6)
+    assert b.critical_path_s == pytest.approx(path) and b.bound_s == b.critical_path_s
+    assert max(b.engine_work_s.values()) < b.critical_path_s
+    assert b.latency_s == pytest.approx(path)  # ample engines: Ayo's schedule is the best one
+
+
+def test_a_batching_engine_can_beat_the_sum_of_its_requests_and_the_bound_allows_it() -> None:
+    # eight short requests together on a serving engine take far less than eight alone: the old
+    # "stock model" style sum would exceed the latency; the engine floor must not
+    g = graph_of([llm_node(f"f{i}", 16, 24) for i in range(8)]
+                 + [Node("join", Op.AGGREGATE, fn=lambda ctx, **kw: 0, inputs={f"x{i}": f"f{i}" for i in range(8)})], "join")
+    service = StepServiceModel(STEP)
+    b = bound_of_run(g, Engines(llm=RecordedServingLLM(STEP)), service)
+    assert 8 * service.llm_alone_s(16, 0, 24) > b.latency_s >= b.bound_s
+    assert b.latency_over_bound >= 1.0
+
+
+def test_step_model_alone_time_is_the_serving_fakes_time_alone() -> None:
+    for words, tokens in ((1, 1), (5, 0), (63, 3), (64, 3), (65, 9), (300, 17)):
+        async def main(words: int = words, tokens: int = tokens) -> float:
+            llm = ServingFakeLLM(STEP)
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            await llm.complete(" ".join(f"w{i}" for i in range(words)), max_tokens=tokens)
+            return loop.time() - t0
+
+        assert StepServiceModel(STEP).llm_alone_s(words, 0, tokens) == pytest.approx(run_virtual(main), rel=1e-9)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(1, 150), st.integers(0, 30)), min_size=1, max_size=12))
+def test_the_step_engine_floor_never_exceeds_the_engines_busy_time(shapes: list[tuple[int, int]]) -> None:
+    async def main() -> tuple[float, list[LLMRequest]]:
+        llm = ServingFakeLLM(STEP)
+        results = await asyncio.gather(*(llm.complete(" ".join(f"p{k}w{i}" for i in range(w)), max_tokens=n)
+                                         for k, (w, n) in enumerate(shapes)))
+        return llm.busy_s, [LLMRequest(r.prompt_tokens, r.cached_tokens, r.completion_tokens) for r in results]
+
+    busy, requests = run_virtual(main)
+    assert step_engine_floor_s(STEP, requests) <= busy + 1e-9
+
+
+@st.composite
+def llm_dags(draw: Any) -> list[tuple[int, int, tuple[int, ...]]]:
+    n = draw(st.integers(1, 8))
+    return [(draw(st.integers(1, 120)), draw(st.integers(0, 16)),
+             tuple(draw(st.lists(st.integers(0, i - 1), max_size=2, unique=True))) if i else ()) for i in range(n)]
+
+
+def dag_graph(spec: list[tuple[int, int, tuple[int, ...]]]) -> Graph:
+    nodes = [llm_node(f"n{i}", w, t, tuple(f"n{d}" for d in deps)) for i, (w, t, deps) in enumerate(spec)]
+    sinks = [f"n{i}" for i in range(len(spec)) if not any(i in deps for _, _, deps in spec)]
+    nodes.append(Node("join", Op.AGGREGATE, fn=lambda ctx, **kw: 0, inputs={f"x{k}": s for k, s in enumerate(sinks)}))
+    return graph_of(nodes, "join")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(llm_dags(), st.sampled_from(["serving", "serial", "two slots"]), st.booleans())
+def test_no_schedule_beats_the_bound(spec: list[tuple[int, int, tuple[int, ...]]], engine: str,
+                                     sequential: bool) -> None:
+    if engine == "serving":
+        llm: Any = RecordedServingLLM(STEP)
+        service: Any = StepServiceModel(STEP)
+    else:
+        slots = 1 if engine == "serial" else 2
+        llm, service = RecordedFakeLLM(SERIAL, max_concurrency=slots), FakeEnginesServiceModel(SERIAL, llm_slots=slots)
+    b = bound_of_run(dag_graph(spec), Engines(llm=llm), service, sequential=sequential)
+    assert b.llm_requests_with_tokens == len(spec) and b.bound_s > 0
+    assert b.bound_s <= b.latency_s * (1 + 1e-9) + 1e-12
+    if sequential or engine == "serial":  # one request at a time: the work of all of them
+        total = sum(service.llm_alone_s(r["prompt_tokens"], r["cached_tokens"], r["completion_tokens"])
+                    for r in llm.rows)
+        assert b.latency_s == pytest.approx(total, rel=1e-9)
+
+
+def test_calls_chain_their_queries_and_requests_outside_the_graph() -> None:
+    assert longest_chain([(0, 1, 1.0), (1, 2, 1.0), (0.5, 3, 0.5)]) == pytest.approx(2.0)
+    # no traces, two requests one after the other (a doc-QA function's own code): they chain
+    rows = [{"start": 0.0, "end": 1.0, "prompt_tokens": 10, "completion_tokens": 5, "cached_tokens": 0},
+            {"start": 1.2, "end": 2.0, "prompt_tokens": 10, "completion_tokens": 3, "cached_tokens": 0}]
+    service = FakeEnginesServiceModel(SERIAL)
+    b = call_lower_bound([], (0.0, 2.1), rows, service)
+    assert b.critical_path_s == pytest.approx(service.llm_alone_s(10, 0, 5) + service.llm_alone_s(10, 0, 3))
+
+
+def test_embedding_floor_batches_everything_when_batching_pays() -> None:
+    model = LatencyModel(fixed=0.01, per_item=0.002, batch_efficiency=0.5)
+    service = FakeEnginesServiceModel(SERIAL, embed=model)
+    assert embed_engine_floor_s(service, 40) == pytest.approx(model.items_cost(40))  # below 4 x items_cost(10)
+    assert embed_engine_floor_s(service, 40) < 4 * model.items_cost(10)
+
+
+def test_measured_model_uses_lone_requests_of_no_larger_shape() -> None:
+    rows = [{"start": 0.0, "end": 1.0, "prompt_tokens": 100, "completion_tokens": 10, "cached_tokens": 0},
+            {"start": 2.0, "end": 2.5, "prompt_tokens": 50, "completion_tokens": 5, "cached_tokens": 0},
+            {"start": 3.0, "end": 5.0, "prompt_tokens": 400, "completion_tokens": 40, "cached_tokens": 0},
+            {"start": 4.0, "end": 6.0, "prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0}]  # overlaps
+    m = MeasuredServiceModel(rows)
+    assert m.llm_alone_s(100, 0, 10) == pytest.approx(1.0)
+    assert m.llm_alone_s(100, 50, 10) == pytest.approx(0.5)  # 50 uncached: only the 50-token request fits
+    assert m.llm_alone_s(10, 0, 1) == 0.0  # no lone request that small: counts 0
+    assert m.llm_alone_s(1000, 0, 100) == pytest.approx(1.0)  # the overlapping pair are not lone
