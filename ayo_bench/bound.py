@@ -1,27 +1,20 @@
-"""Lower bounds on one query's latency that can say no, and what the gap to them is made of.
+"""Ayo's schedule's use of its busiest engine, and what the rest of its latency is made of.
 
-The old "efficiency" divided the critical path of the optimized run's own trace by that
-run's latency: ~1.00 by construction. The bounds here do not come from Ayo's schedule:
+Not a lower bound: the lower bound that holds for any schedule is :mod:`ayo_bench.lower_bound`.
+What this module measures is a *utilization* of the schedule Ayo ran: the busiest engine (on a
+CPU machine the LLM server) was in flight with this query's requests for the union of their
+intervals; ``efficiency = busy / latency`` is the share of the latency it was, and a schedule
+that overlaps more requests shrinks the union while running faster, so it bounds nothing.
 
-* **busiest engine**: an engine serves this query's requests for at least the union of their
-  intervals, whatever the schedule; the busiest one (on a CPU machine the LLM server) bounds
-  the latency from below. ``efficiency = busy / latency`` falls below 1 exactly by the time
-  that engine sat idle while the query was running.
-* **stock model time minus skipped work**: stock's own LLM busy time (the union of its
-  request intervals, recorded on the way to the server), minus the decode work Ayo did not
-  do (fewer completion tokens, e.g. an early-stopped query expansion), charged at stock's
-  own seconds per completion token (that rate includes prefill, so the subtraction is
-  generous and the bound stays a bound). It assumes stock's batching: a run that batches
-  better can beat it, and then efficiency > 1 says so.
-
-The gap between the busiest engine's busy time and the latency is split, instant by instant,
-into: time outside Ayo's graph (the call's own code, capture and lowering that run before
-the graph, loop hops, event replay), time another engine worked while the busiest one waited
-(idle engine time on the critical path), time this query's requests sat queued at an engine,
-and the rest: nothing of the query running (scheduling, Python between nodes).
+The time the busiest engine had none of the query's requests (the gap) is split, instant by
+instant, into: time outside Ayo's graph (the call's own code, capture and lowering that run
+before the graph, loop hops, event replay), time another engine worked while the busiest one
+waited, time this query's requests sat queued at an engine, and the rest: nothing of the query
+running (scheduling, Python between nodes). Ayo's overhead on the critical path is read from it.
 
 Everything is intervals in one clock: ``time.monotonic()``, which is what asyncio's
-``loop.time()`` (and so Ayo's trace) uses.
+``loop.time()`` (and so Ayo's trace) uses. The interval algebra (``merge``, ``length``,
+``clip``, ``subtract``, ``clip_to``) is shared with other tools.
 """
 
 from __future__ import annotations
@@ -87,7 +80,8 @@ class QueryWork:
 
 @dataclass
 class BoundReport:
-    """The busiest-engine bound of one query and what the gap to it is made of (seconds)."""
+    """The busiest engine's in-flight time in one call (a utilization, not a bound) and what the
+    rest of the call is made of (seconds)."""
 
     latency_s: float
     busiest_engine: str
@@ -105,7 +99,7 @@ class BoundReport:
 
 
 def busiest_engine_bound(work: QueryWork) -> BoundReport:
-    """The busiest engine's busy time inside the call, efficiency, and the gap split by cause."""
+    """The busiest engine's in-flight time inside the call, its share of the latency, and the gap split by cause."""
     lo, hi = work.call
     latency = max(0.0, hi - lo)
     busy = {name: clip(iv, lo, hi) for name, iv in work.engines.items()}
@@ -132,22 +126,6 @@ def clip_to(base: Iterable[Interval], mask: Iterable[Interval]) -> list[Interval
     """The parts of ``base`` covered by ``mask`` (intersection)."""
     base = merge(base)
     return subtract(base, subtract(base, mask))
-
-
-def stock_model_bound(stock_requests: list[dict[str, Any]], ayo_requests: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stock's LLM busy time minus the decode work Ayo skipped (see the module docstring).
-
-    Each request is a recorder row: ``start``, ``end``, ``completion_tokens``.
-    """
-    stock_s = length((r["start"], r["end"]) for r in stock_requests)
-    stock_tokens = sum(r.get("completion_tokens") or 0 for r in stock_requests)
-    ayo_tokens = sum(r.get("completion_tokens") or 0 for r in ayo_requests)
-    skipped_tokens = max(0, stock_tokens - ayo_tokens)
-    per_token = stock_s / stock_tokens if stock_tokens else 0.0
-    skipped_s = min(stock_s, skipped_tokens * per_token)
-    return {"stock_model_s": stock_s, "stock_requests": len(stock_requests), "ayo_requests": len(ayo_requests),
-            "stock_completion_tokens": stock_tokens, "ayo_completion_tokens": ayo_tokens,
-            "skipped_tokens": skipped_tokens, "skipped_s": skipped_s, "bound_s": stock_s - skipped_s}
 
 
 # ---- from an Ayo trace -----------------------------------------------------------------

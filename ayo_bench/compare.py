@@ -14,11 +14,12 @@ goes first balanced over the pairs and in a seeded random order (``--seed``;
 Stock runs at its best settings (async paths: ``ainvoke``; LlamaIndex ``use_async=True``).
 
 Latency mode prints median of each, the median per-pair ratio (stock / Ayo), p95,
-whether every answer was identical, and per call (:mod:`ayo_bench.bound`): two lower bounds
-that do not come from Ayo's own schedule (the busiest engine's busy time; stock's model time
-minus the model work Ayo skipped), efficiency = bound / Ayo's latency for each, what the gap
-is made of, and Ayo's overhead (its own accounting, and the wall time of the call in which
-no engine of the query worked). Both apps reach the LLM server through a recording pass-through
+whether every answer was identical, and per call: a lower bound that holds for any schedule
+of the call's work (:mod:`ayo_bench.lower_bound`: max of the critical path at zero-load service
+times and the busiest engine's least work) with Ayo's latency / bound, Ayo's busiest engine's
+in-flight time as a share of its latency (:mod:`ayo_bench.bound`: a utilization, not a bound)
+and what the rest is made of, and Ayo's overhead (its own accounting, and the wall time of the
+call in which no engine of the query worked). Both apps reach the LLM server through a recording pass-through
 (:mod:`ayo_bench.recorder`, ``--no-record`` to go direct) that times every model request.
 Load mode (``--mode load --rate R``) sends an open-loop Poisson stream of R queries/s
 to each app and prints throughput and p50/p95 latency. Each run writes ``APP.json``
@@ -55,7 +56,9 @@ from ayo_core.trace import collect_traces, save_chrome_trace
 from ayo_examples.common import APPS, EnginesConfig, load_questions
 
 from . import bound, provenance, stats, timeline
+from .lower_bound import call_lower_bound
 from .provenance import machine  # noqa: F401 - kept importable from here
+from .service_model import MeasuredServiceModel
 
 log = logging.getLogger("ayo.compare")
 LLM_DTYPE = "float32"  # the one mode greedy answers are compared in (DESIGN.md)
@@ -197,23 +200,29 @@ def balanced_ratio(rows: list[dict[str, Any]]) -> float:
 
 
 def call_figures(pair: AppPair, calls: dict[str, tuple[tuple[float, float], list[Any]]]) -> dict[str, Any]:
-    """Per call: Ayo's own overhead accounting, the busiest-engine bound and its gap, the stock-model bound.
+    """Per call: the lower bound that holds for any schedule (:mod:`ayo_bench.lower_bound`), Ayo's
+    busiest engine's in-flight time and the gap to it (a utilization of Ayo's schedule, not a
+    bound), and Ayo's own overhead accounting.
 
-    A call that ran no query on Ayo's runtime (an agent called with ``ainvoke``, whose model node
-    Ayo leaves as stock's) still has the LLM server's own view (the recorder): its bounds are
-    given, its overhead is not (the whole gap would read as Ayo's, and none of it ran on Ayo).
+    Service times come from ``pair.service_model`` (an emulated run's profile) when set, else from
+    the run's own lone LLM requests (:class:`~ayo_bench.service_model.MeasuredServiceModel`); with
+    neither a model nor a recorder there is no lower bound. A call that ran no query on Ayo's
+    runtime (an agent called with ``ainvoke``) still has the LLM server's own view (the recorder):
+    its figures are given, its overhead is not (none of it ran on Ayo).
     """
     window, traces = calls["ayo"]
     recorded = pair.recorder.between(*window) if pair.recorder is not None else None
     report = bound.busiest_engine_bound(bound.work_from_traces(traces, window, recorded))
-    out: dict[str, Any] = {"ayo_bound": report.as_dict()}
+    out: dict[str, Any] = {"ayo_utilization": report.as_dict()}
+    service = getattr(pair, "service_model", None)
+    if service is None and pair.recorder is not None:
+        service = MeasuredServiceModel(getattr(pair.recorder, "records", None) or recorded or [])
+    if service is not None:
+        out["lower_bound"] = call_lower_bound(traces, window, recorded, service).as_dict()
     if not traces:
         out["ayo_trace"] = {"queries": 0}
     else:
         out.update(trace_overhead(traces, report))
-    if recorded is not None and "stock" in calls:
-        stock_requests = pair.recorder.between(*calls["stock"][0])
-        out["model_bound"] = bound.stock_model_bound(stock_requests, recorded)
     return out
 
 
@@ -267,20 +276,37 @@ def summarize_latency(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarize_bounds(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians of the per-call bounds, efficiencies, gap parts and overhead (rows with Ayo figures)."""
-    rows = [r for r in rows if r.get("ayo_bound")]
+    """Medians over the pairs of the lower bound and latency / bound, of Ayo's busiest-engine
+    utilization and its gap's parts, and of the overhead (rows with Ayo figures)."""
+    out: dict[str, Any] = {}
+    bounded = [r for r in rows if r.get("lower_bound") and r["lower_bound"]["bound_s"] > 0]
+    if bounded:
+        lbs = [r["lower_bound"] for r in bounded]
+        engines = [b["busiest_engine"] for b in lbs]
+        over = [r["ayo_s"] / b["bound_s"] for r, b in zip(bounded, lbs, strict=True)]
+        out.update({
+            "lower_bound_median_s": median([b["bound_s"] for b in lbs]),
+            "lower_bound_critical_path_median_s": median([b["critical_path_s"] for b in lbs]),
+            "lower_bound_engine": max(set(engines), key=engines.count),
+            "lower_bound_engine_work_median_s": median([max(b["engine_work_s"].values(), default=0.0) for b in lbs]),
+            "latency_over_bound_median": median(over), "latency_over_bound_min": min(over),
+            "lower_bound_service_model": sorted({b["service_model"] for b in lbs}),
+            "lower_bound_llm_requests_with_tokens": sum(b["llm_requests_with_tokens"] for b in lbs),
+            "lower_bound_llm_requests": sum(b["llm_requests"] for b in lbs),
+        })
+    rows = [r for r in rows if r.get("ayo_utilization") or r.get("ayo_bound")]  # ayo_bound: files before the bound
     if not rows:
-        return {}
-    reports = [r["ayo_bound"] for r in rows]
+        return out
+    reports = [r.get("ayo_utilization") or r["ayo_bound"] for r in rows]
     engines = [b["busiest_engine"] for b in reports]
-    out: dict[str, Any] = {
-        "busiest_engine": max(set(engines), key=engines.count),
-        "busiest_engine_busy_median_s": median([b["busy_s"] for b in reports]),
-        "efficiency_median": median([b["efficiency"] for b in reports]),
-        "efficiency_min": min(b["efficiency"] for b in reports),
+    out.update({
+        "utilization_engine": max(set(engines), key=engines.count),
+        "utilization_busy_median_s": median([b["busy_s"] for b in reports]),
+        "utilization_median": median([b["efficiency"] for b in reports]),
+        "utilization_min": min(b["efficiency"] for b in reports),
         "gap_median_s": {part: median([b[f"{part}_s"] for b in reports])
                          for part in ("gap", "outside_graph", "other_engine", "queued", "runtime")},
-    }
+    })
     overhead = [r for r in rows if "ayo_overhead_s" in r]  # not for calls that ran nothing on Ayo's runtime
     if overhead:
         out["ayo_overhead_median_s"] = median([r["ayo_overhead_s"] for r in overhead])
@@ -288,14 +314,6 @@ def summarize_bounds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     traced = [r["ayo_trace"]["overhead_s"] for r in rows if "overhead_s" in r.get("ayo_trace", {})]
     if traced:
         out["ayo_overhead_recorded_median_s"] = median(traced)
-    modelled = [r for r in rows if r.get("model_bound")]
-    if modelled:
-        out.update({
-            "stock_model_median_s": median([r["model_bound"]["stock_model_s"] for r in modelled]),
-            "model_bound_median_s": median([r["model_bound"]["bound_s"] for r in modelled]),
-            "efficiency_model_median": median([r["model_bound"]["bound_s"] / r["ayo_s"] for r in modelled]),
-            "skipped_tokens_median": median([r["model_bound"]["skipped_tokens"] for r in modelled]),
-        })
     return out
 
 
@@ -432,27 +450,33 @@ def print_latency(name: str, s: dict[str, Any], ayo_missing: str) -> None:
           + ("" if s["all_identical"] else "  <-- NOT all identical"))
     if s["ayo_errors"] or s["stock_errors"]:
         print(f"  FAILED runs: stock {s['stock_errors']}, ayo {s['ayo_errors']} (see the JSON for the errors)")
-    if "efficiency_median" in s:
+    if "utilization_median" in s or "lower_bound_median_s" in s:
         print_bounds(s)
     else:
         print("  no Ayo trace (no query of the optimized app ran on Ayo's runtime): overhead and bound not reported")
 
 
 def print_bounds(s: dict[str, Any]) -> None:
-    """The two bounds, their efficiencies, the gap's parts and the overhead (medians over the pairs)."""
-    gap = s["gap_median_s"]
-    below = "  <-- below 1: see the gap" if s["efficiency_median"] < 0.95 else ""
-    print(f"  bound 1, busiest engine ({s['busiest_engine']}) busy {_fmt(s['busiest_engine_busy_median_s'])}:"
-          f" efficiency {_fmt(s['efficiency_median'], '')} (min {_fmt(s['efficiency_min'], '')}){below}")
-    print(f"    gap {_fmt(gap['gap'])} = outside Ayo's graph {_fmt(gap['outside_graph'])}"
-          f" + other engines while it waited {_fmt(gap['other_engine'])} + queued {_fmt(gap['queued'])}"
-          f" + nothing running {_fmt(gap['runtime'])}")
-    if "model_bound_median_s" in s:
-        print(f"  bound 2, stock model time {_fmt(s['stock_model_median_s'])} minus skipped work:"
-              f" {_fmt(s['model_bound_median_s'])}, efficiency {_fmt(s['efficiency_model_median'], '')}"
-              f" (median skipped completion tokens {s['skipped_tokens_median']})")
+    """The lower bound and Ayo's latency against it, Ayo's busiest-engine utilization and its gap's
+    parts, and the overhead (medians over the pairs)."""
+    if "lower_bound_median_s" in s:
+        print(f"  lower bound (any schedule) {_fmt(s['lower_bound_median_s'])} = max(critical path at zero load"
+              f" {_fmt(s['lower_bound_critical_path_median_s'])}, busiest engine's least work"
+              f" ({s['lower_bound_engine']}) {_fmt(s['lower_bound_engine_work_median_s'])});"
+              f" Ayo's latency / bound {_fmt(s['latency_over_bound_median'], 'x')}"
+              f" (min {_fmt(s['latency_over_bound_min'], 'x')});"
+              f" service: {', '.join(s['lower_bound_service_model'])}, LLM requests with token counts"
+              f" {s['lower_bound_llm_requests_with_tokens']}/{s['lower_bound_llm_requests']}")
     else:
-        print("  bound 2 (stock model time) not measured: run without --no-record")
+        print("  lower bound (any schedule): not measured (no service model and no recorder: run without --no-record)")
+    if "utilization_median" in s:
+        gap = s["gap_median_s"]
+        print(f"  Ayo's busiest engine in flight ({s['utilization_engine']}) {_fmt(s['utilization_busy_median_s'])}:"
+              f" {_fmt(s['utilization_median'], '')} of Ayo's latency (min {_fmt(s['utilization_min'], '')};"
+              " a utilization of Ayo's schedule, not a bound)")
+        print(f"    the rest {_fmt(gap['gap'])} = outside Ayo's graph {_fmt(gap['outside_graph'])}"
+              f" + other engines while it waited {_fmt(gap['other_engine'])} + queued {_fmt(gap['queued'])}"
+              f" + nothing running {_fmt(gap['runtime'])}")
     recorded = s.get("ayo_overhead_recorded_median_s")
     if "ayo_overhead_median_s" not in s:
         print("  ayo overhead: not measured (no query of these calls ran on Ayo's runtime)")

@@ -96,10 +96,11 @@ def requests_from_traces(traces: Sequence[Any]) -> list[Request]:
     for t, trace in enumerate(traces):
         graph = getattr(trace, "graph", None)
         for c in getattr(trace, "engine_calls", []) or []:
-            node = graph.nodes.get(c.node) if graph is not None else None
-            required = node is not None and not node.meta.get("optional")
-            out.append(Request(str(c.engine), c.start - c.queued, c.end, start=c.start, items=c.items, node=c.node,
-                               trace=t, required=required or graph is None))
+            name = str(getattr(c, "node", ""))
+            node = graph.nodes.get(name) if graph is not None else None
+            required = graph is None or (node is not None and not node.meta.get("optional"))
+            out.append(Request(str(c.engine), c.start - float(getattr(c, "queued", 0.0)), c.end, start=c.start,
+                               items=int(getattr(c, "items", 1)), node=name, trace=t, required=required))
     return out
 
 
@@ -189,7 +190,7 @@ def node_services(trace: Any, by_span: dict[int, list[Request]]) -> dict[str, fl
     graph = getattr(trace, "graph", None)
     for s in _spans(trace):
         cost = longest_chain([(r.issued, r.end, r.service_s) for r in by_span.get(id(s), [])])
-        if s.part is None:
+        if getattr(s, "part", None) is None:
             whole[s.node] = max(whole.get(s.node, 0.0), cost)
         else:
             parts[s.node].append(cost)

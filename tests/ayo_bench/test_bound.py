@@ -1,4 +1,4 @@
-"""The bounds of ``ayo_bench.bound`` on synthetic traces with known intervals (overlaps, gaps)."""
+"""``ayo_bench.bound`` (Ayo's busiest-engine utilization and its gap) on synthetic traces with known intervals."""
 
 from __future__ import annotations
 
@@ -45,18 +45,6 @@ def test_an_engine_busy_all_call_long_scores_one_and_work_outside_the_call_is_ig
 def test_no_engine_work_at_all() -> None:
     r = bound.busiest_engine_bound(QueryWork(call=(0.0, 1.0)))
     assert r.busy_s == 0.0 and r.efficiency == 0.0 and r.outside_graph_s == pytest.approx(1.0)
-
-
-def test_stock_model_bound_subtracts_skipped_decode_work() -> None:
-    stock = [{"start": 0.0, "end": 2.0, "completion_tokens": 64}, {"start": 1.0, "end": 4.0, "completion_tokens": 16}]
-    ayo = [{"start": 10.0, "end": 11.0, "completion_tokens": 40}, {"start": 10.0, "end": 10.1, "completion_tokens": 1}]
-    b = bound.stock_model_bound(stock, ayo)
-    assert b["stock_model_s"] == pytest.approx(4.0)  # union of stock's requests, not their sum (5 s)
-    assert b["skipped_tokens"] == 80 - 41
-    assert b["skipped_s"] == pytest.approx(39 * 4.0 / 80) and b["bound_s"] == pytest.approx(4.0 - 39 * 0.05)
-    # nothing skipped: the bound is stock's model time
-    assert bound.stock_model_bound(stock, stock)["bound_s"] == pytest.approx(4.0)
-    assert bound.stock_model_bound([], ayo)["bound_s"] == 0.0
 
 
 def test_recorded_llm_requests_merge_with_the_traces_llm_calls() -> None:

@@ -87,14 +87,15 @@ def test_latency_run_alternates_and_summarizes(capsys: pytest.CaptureFixture[str
     assert s["n"] == 6 and s["all_identical"] and s["identical_answers"] == 6
     assert 1.3 < s["median_ratio"] < 3.0
     assert s["ayo_median_s"] < s["stock_median_s"]
-    # the busiest engine (embed or llm: half the call each) was idle for half the call: Ayo's own
-    # trace cannot make this ~1.00, the old critical-path "efficiency" could only say yes
-    assert s["efficiency_median"] == pytest.approx(0.5, abs=0.1)
+    # the busiest engine (embed or llm: half the call each) was in flight for half the call: a
+    # utilization of Ayo's schedule (no recorder, no service model: no lower bound)
+    assert s["utilization_median"] == pytest.approx(0.5, abs=0.1) and "lower_bound_median_s" not in s
     assert s["gap_median_s"]["other_engine"] == pytest.approx(s["gap_median_s"]["gap"], abs=0.002)
     assert 0 <= s["ayo_overhead_median_s"] < 0.01 and s["ayo_overhead_recorded_median_s"] == pytest.approx(0.002)
     compare.print_latency("fake", s, "")
     printed = capsys.readouterr().out
-    assert "busiest engine" in printed and "below 1: see the gap" in printed
+    assert "busiest engine in flight" in printed and "not a bound" in printed
+    assert "lower bound (any schedule): not measured" in printed
     ci = s["ratio_interval"]
     assert ci["n"] == 6 and ci["ci95_low"] <= ci["geomean"] <= ci["ci95_high"]
     assert f"95 % interval {ci['ci95_low']:.2f}x-{ci['ci95_high']:.2f}x over 6 pairs: {ci['verdict']}" in printed
@@ -108,11 +109,11 @@ def test_a_call_of_several_queries_is_measured_over_all_of_them() -> None:
     out = asyncio.run(compare.run_latency(pair, QUESTIONS[:2], warmup=0))
     row = out["pairs"][0]
     assert row["ayo_trace"]["queries"] == 3
-    b = row["ayo_bound"]
+    b = row["ayo_utilization"]
     # each turn's engine busy half its graph; the time between turns is outside Ayo's graphs
     assert b["outside_graph_s"] >= 0.004 and b["busy_s"] > 0
     assert b["busy_s"] + b["gap_s"] == pytest.approx(b["latency_s"])
-    assert out["summary"]["efficiency_median"] < 0.6
+    assert out["summary"]["utilization_median"] < 0.6
 
 
 def test_a_call_with_no_ayo_query_gets_the_servers_bound_but_no_overhead(capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,7 +126,8 @@ def test_a_call_with_no_ayo_query_gets_the_servers_bound_but_no_overhead(capsys:
     pair.ayo = FakeApp(0.01, traced=False)  # an agent under ainvoke: its model node stays stock's
     pair.recorder = Recorder()
     s = asyncio.run(compare.run_latency(pair, QUESTIONS[:4], warmup=0))["summary"]
-    assert s["busiest_engine"] == "llm server (recorded)" and s["efficiency_median"] == pytest.approx(0.5, abs=0.05)
+    assert s["utilization_engine"] == "llm server (recorded)"
+    assert s["utilization_median"] == pytest.approx(0.5, abs=0.05)
     assert "ayo_overhead_median_s" not in s
     compare.print_latency("fake", s, "")
     assert "ayo overhead: not measured" in capsys.readouterr().out
