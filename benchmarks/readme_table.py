@@ -8,25 +8,45 @@
 ``<!-- results:end -->`` in the given file (the markers must exist). The header comes from
 the results' ``provenance`` (commit, server version, dtype and launch flags, model, machine,
 dates; see ``ayo_bench.provenance``) and the block records the commit it was measured at.
-``--check`` flags every results file whose commit differs from the README table's, was
-measured on a dirty tree, or has no provenance at all ("results predate provenance").
+``--check`` flags (``check``; each problem has a kind, below):
+
+- a results file whose summary differs from the one its per-pair records give today
+  (``ayo_bench.compare.summarize_latency`` over ``pairs``): a figure edited, or computed by other code;
+- a README table that is not the rendering of the results, or a row from another commit than the
+  one the README names (``<!-- results:commit SHA -->``);
+- a results file that README.md or docs/*.md name (``benchmarks/results/NAME.json``) and that does
+  not exist, or a results file without full provenance (commit, dirty flag, machine);
+- provenance a tool did not write (a field outside ``ayo_bench.provenance``'s), a dirty tree, and a
+  machine path (a worktree location) anywhere in a results file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from ayo_bench import stats
+from ayo_bench import provenance, stats
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 COMMIT_MARK = re.compile(r"<!-- results:commit ([0-9a-f]{7,40}|none) -->")
 PREDATES = "results predate provenance"
+SUMMARY_MISMATCH = "summary differs from its pairs"
+SUMMARY_KEYS = "summary keys differ from today's code"  # re-measure: written by other code
+STALE_TABLE = "README table is not the rendering of the results"
+QUOTED_MISSING = "quoted results file missing"
+INCOMPLETE = "incomplete provenance"
+HAND_FIELD = "provenance field no tool writes"
+MACHINE_PATH = "machine path"
+DIRTY = "dirty tree"
+# what ayo_bench.provenance.git_state / code_state write: anything else was added by hand
+TOOL_GIT_FIELDS = {"commit", "dirty", "source", "changes", "imported_elsewhere"}
+QUOTED = re.compile(r"benchmarks/results/([\w.-]+\.json)")
 ORDER = ("naive_rag", "advanced_rag", "search_augmented", "contextual_retrieval", "agent", "graph", "chat", "sub_question")
 
 
@@ -138,28 +158,103 @@ def readme_commit(readme: Path) -> str | None:
     return None if match is None or match.group(1) == "none" else match.group(1)
 
 
-def check(readme: Path, folder: Path = RESULTS_DIR) -> list[tuple[str, str, str]]:
-    """Problems as ``(file, kind, message)``: files without provenance, from another commit, or dirty."""
-    problems: list[tuple[str, str, str]] = []
+Problem = tuple[str, str, str]  # (file, kind, message)
+
+
+def check(readme: Path, folder: Path = RESULTS_DIR, docs: list[Path] | None = None) -> list[Problem]:
+    """Every problem with the README's table, the prose's named results files and the results themselves
+    (module docstring), as ``(file, kind, message)``. ``docs``: the prose files besides ``readme``
+    (default: the ``docs/*.md`` next to it)."""
+    problems: list[Problem] = []
     commit = readme_commit(readme)
     if commit is None:
-        problems.append((readme.name, PREDATES, f"{readme} has no `<!-- results:commit SHA -->` in its table: "
+        problems.append((readme.name, PREDATES, f"{readme.name} has no `<!-- results:commit SHA -->` in its table: "
                          "regenerate it with --update from results that carry provenance"))
+    problems += check_table(readme, folder)
+    problems += check_quoted([readme, *(docs if docs is not None else sorted(readme.parent.glob("docs/*.md")))],
+                             folder)
     for path in sorted(folder.glob("*.json")):
-        if path.name.endswith(".trace.json"):
-            continue
-        data = json.loads(path.read_text()) if path.stat().st_size else {}
-        prov = data.get("provenance")
-        git = (prov or {}).get("git") or {}
-        in_table = is_compare_result(path, data)  # the table's rows; other benchmarks' files are not
-        if not prov:
-            problems.append((path.name, PREDATES, f"{path.name}: no provenance (re-measure it with `ayo compare ... "
-                             "--out benchmarks/results` or its benchmark script)"))
-        elif in_table and commit is not None and not (git.get("commit") or "").startswith(commit):
-            problems.append((path.name, "different commit", f"{path.name} was measured at {git.get('commit')}, "
-                             f"the README table at {commit}: re-measure one of them"))
-        elif git.get("dirty"):
-            problems.append((path.name, "dirty tree", f"{path.name} was measured on a tree with uncommitted changes"))
+        if not path.name.endswith(".trace.json"):
+            data = json.loads(path.read_text()) if path.stat().st_size else {}
+            problems += check_file(path.name, data, commit)
+    return problems
+
+
+def check_file(name: str, data: dict[str, Any], commit: str | None) -> list[Problem]:
+    """One results file: its summary against its pairs, its provenance, its commit (a table row), its paths."""
+    problems = [(name, kind, message) for kind, message in summary_problems(data)]
+    prov = data.get("provenance")
+    git = (prov or {}).get("git") or {}
+    if not prov:
+        problems.append((name, PREDATES, f"{name}: no provenance (re-measure it with `ayo compare ... "
+                         "--out benchmarks/results` or its benchmark script)"))
+    elif not git or git.get("dirty") is None or not isinstance(prov.get("machine"), dict):
+        problems.append((name, INCOMPLETE, f"{name}: provenance without the commit, dirty flag or machine "
+                         "(ayo_bench.provenance.collect writes them): re-measure it"))
+    elif is_compare_result(Path(name), data) and commit is not None and not (git.get("commit") or "").startswith(commit):
+        problems.append((name, "different commit", f"{name} was measured at {git.get('commit')}, "
+                         f"the README table at {commit}: re-measure one of them"))
+    if git.get("dirty"):
+        problems.append((name, DIRTY, f"{name} was measured on a tree with uncommitted changes "
+                         f"({git.get('changes') or git.get('imported_elsewhere')})"))
+    if extra := sorted(set(git) - TOOL_GIT_FIELDS):
+        problems.append((name, HAND_FIELD, f"{name}: provenance.git has {extra}, which no tool writes "
+                         "(provenance is never edited): re-measure it"))
+    if paths := provenance.machine_paths(data):
+        problems.append((name, MACHINE_PATH, f"{name} holds {len(paths)} machine path(s), e.g. {paths[0]!r}: "
+                         "re-measure it (the writers now write paths relative to the checkout)"))
+    return problems
+
+
+def summary_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """``ayo compare``'s summary recomputed from the file's own pairs, against the stored one."""
+    if not (isinstance(data.get("pairs"), list) and isinstance(data.get("summary"), dict)):
+        return []
+    from ayo_bench.compare import summarize_latency
+
+    stored, recomputed = data["summary"], summarize_latency(data["pairs"])
+    differing = [f"{key}: stored {stored[key]!r}, from the pairs {recomputed[key]!r}"
+                 for key in sorted(stored.keys() & recomputed.keys()) if not _same(stored[key], recomputed[key])]
+    out = [(SUMMARY_MISMATCH, f"summary differs from its {len(data['pairs'])} pairs: {'; '.join(differing)}")
+           ] if differing else []
+    if one_sided := sorted(stored.keys() ^ recomputed.keys()):
+        out.append((SUMMARY_KEYS, f"summary keys {one_sided} only on one side of stored / recomputed (written by "
+                    "other code than today's summarize_latency): re-measure it"))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, floats to 1e-9 relative (a JSON round trip), NaN equal to NaN, dicts and lists item by item."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float | int) and isinstance(b, float | int) and not isinstance(a, bool):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def check_table(readme: Path, folder: Path) -> list[Problem]:
+    """The README's generated block must be what the results render to today (its every figure is theirs)."""
+    text = readme.read_text()
+    if START not in text or END not in text:
+        return [(readme.name, STALE_TABLE, f"{readme.name} has no {START} ... {END} block")]
+    block = text.split(START, 1)[1].split(END, 1)[0]
+    if block.strip() == render(folder).strip():
+        return []
+    return [(readme.name, STALE_TABLE, f"{readme.name}'s table differs from the rendering of {folder.name}/: "
+             f"python benchmarks/readme_table.py --update {readme.name}")]
+
+
+def check_quoted(prose: list[Path], folder: Path) -> list[Problem]:
+    """Every ``benchmarks/results/NAME.json`` the prose names must exist (its provenance is checked with
+    the other results files)."""
+    problems = []
+    for doc in prose:
+        for name in sorted(set(QUOTED.findall(doc.read_text()))):
+            if not (folder / name).is_file():
+                problems.append((name, QUOTED_MISSING, f"{doc.name} quotes {name}, which is not in {folder.name}/: "
+                                 "measure it with its benchmark script or drop the figure"))
     return problems
 
 
@@ -186,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         problems = check(Path(args.check), Path(args.results))
         for _, kind, message in problems:
             print(f"{kind}: {message}")
-        print(f"{len(problems)} problem(s)" if problems else "README table and results agree (provenance, commit)")
+        print(f"{len(problems)} problem(s)" if problems else
+              "README table and results agree (summaries, rendering, provenance, commit, quoted files)")
         return 1 if problems else 0
     table = render(Path(args.results))
     if args.update:
