@@ -120,9 +120,17 @@ def imported_elsewhere(folder: Path = _CHECKOUT) -> list[str]:
     return foreign
 
 
-# An absolute path whose first folder exists on this machine ("/v1/models" in a URL does not match:
-# the lookbehind keeps a path that follows a host name or another path character out)
+# An absolute path ("/v1/models" in a URL does not match: the lookbehind keeps a path that follows a
+# host name or another path character out); it is a machine's when its first folder is a usual
+# filesystem root or exists here ("/v1/completions" alone is an API path, no folder)
 _ABSOLUTE = re.compile(r"(?<![\w.:/~$-])/[^\s\"',;=]+")
+_FILESYSTEM_ROOTS = {"tmp", "work", "home", "root", "Users", "var", "opt", "mnt", "srv", "private", "data", "scratch",
+                     "usr", "etc", "nix"}
+
+
+def _is_machine_path(path: str) -> bool:
+    top = path.split("/")[1]
+    return bool(top) and (top in _FILESYSTEM_ROOTS or Path("/", top).is_dir())
 
 
 def shown_path(path: Path | str, checkout: Path = _CHECKOUT) -> str:
@@ -151,19 +159,20 @@ def portable(value: Any, checkout: Path = _CHECKOUT) -> Any:
 
     def rewrite(match: re.Match[str]) -> str:
         path = match.group(0)
-        top = path.split("/")[1]
-        return shown_path(path, checkout) if top and Path("/", top).is_dir() else path
+        return shown_path(path, checkout) if _is_machine_path(path) else path
 
     return _ABSOLUTE.sub(rewrite, value)
 
 
-def machine_paths(value: Any, checkout: Path = _CHECKOUT) -> list[str]:
-    """The strings in ``value`` that :func:`portable` would rewrite: machine paths."""
+def machine_paths(value: Any) -> list[str]:
+    """The machine paths in ``value``'s strings (what :func:`portable` rewrites), wherever it was written."""
     if isinstance(value, dict):
-        return [p for v in value.values() for p in machine_paths(v, checkout)]
+        return [p for v in value.values() for p in machine_paths(v)]
     if isinstance(value, list | tuple):
-        return [p for v in value for p in machine_paths(v, checkout)]
-    return [value] if isinstance(value, str) and portable(value, checkout) != value else []
+        return [p for v in value for p in machine_paths(v)]
+    if not isinstance(value, str) or "/" not in value:
+        return []
+    return [m.group(0) for m in _ABSOLUTE.finditer(value) if _is_machine_path(m.group(0))]
 
 
 def ayo_version() -> str | None:

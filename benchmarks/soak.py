@@ -18,7 +18,7 @@ collection's files open and its index in memory), against which Ayo's growth is 
 where the stock side's growth was measured on a shorter run).
 
 Printed and returned: mismatches with stock (the answer text), failures, jobs answered twice or never,
-resident memory growth after warm-up (target < 5 %), threads / file descriptors / tasks on Ayo's loop
+resident memory held after warm-up (after malloc_trim, beyond stock's, under ``MAX_GROWTH_MIB_PER_JOB``), threads / file descriptors / tasks on Ayo's loop
 before and after, Ayo's engine schedulers' in-flight requests at the end, and the server's own
 ``vllm:num_requests_running`` + ``waiting`` (on a shared server other users' requests count too: the
 minimum over a few seconds is reported). ``--out FILE`` writes the figures as JSON.
@@ -45,6 +45,13 @@ from typing import Any
 
 log = logging.getLogger("ayo.soak")
 DEFAULT_APPS = ("naive_rag", "search_augmented")
+# Memory still allocated after the run (after malloc_trim), beyond what stock's run of the same jobs
+# grew, per job: a leak of 1 MiB per job must fail the check however large the process is (a bound in
+# per cent of a ~1 GiB process let 50 MiB over 50 jobs through). Measured without a leak: the
+# 2,000-job long form grew 0.014 MiB per job; see tests/stress/test_soak.py for the short form.
+MAX_GROWTH_MIB_PER_JOB = 0.25
+# Memory a test makes the optimized side hold per job on purpose, to prove the bound catches a leak.
+_INJECTED_LEAK: list[bytearray] = []
 
 
 @dataclass
@@ -246,9 +253,10 @@ def stock_references(apps: list[App], questions: dict[str, list[dict[str, Any]]]
 
 
 def run_callers(apps: list[App], jobs: list[Job], threads: int, loops: int, per_loop: int,
-                side: str = "fast") -> list[Outcome]:
+                side: str = "fast", leak_mib_per_job: float = 0.0) -> list[Outcome]:
     """Every job exactly once through the ``side`` apps (``fast`` or ``stock``): sync caller threads and
-    event-loop callers."""
+    event-loop callers. ``leak_mib_per_job``: memory kept per answered job (a leak injected on purpose,
+    written to so it is resident), to test that the memory check fails on it."""
     by_name = {a.name: a for a in apps}
     work: queue.SimpleQueue[Job] = queue.SimpleQueue()
     for job in jobs:
@@ -266,6 +274,8 @@ def run_callers(apps: list[App], jobs: list[Job], threads: int, loops: int, per_
         out = Outcome(job.id, job.app, job.item["id"], caller, answer, None if error is None else repr(error))
         with lock:
             outcomes.append(out)
+            if leak_mib_per_job:
+                _INJECTED_LEAK.append(bytearray(b"\x01") * int(leak_mib_per_job * 2**20))
 
     def sync_caller(k: int) -> None:
         while (job := take()) is not None:
@@ -333,14 +343,17 @@ def stock_growth(apps: list[App], jobs: list[Job], threads: int, loops: int, per
     settle()
     after = snapshot(chroma_dir)
     return {"rss_growth_pct": 100 * (after.rss_mib / before.rss_mib - 1),
+            "trimmed_rss_growth_mib": after.trimmed_rss_mib - before.trimmed_rss_mib,
             "trimmed_rss_growth_pct": 100 * (after.trimmed_rss_mib / before.trimmed_rss_mib - 1), "chroma_fds": [before.chroma_fds, after.chroma_fds],
             "fds": [before.fds, after.fds], "failures": sum(o.error is not None for o in outcomes),
             "throughput_qps": len(jobs) / elapsed if elapsed else 0.0}
 
 
 def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, warmup: int, threads: int, loops: int,
-         per_loop: int, llm_url: str, chroma_dir: str, stock_baseline: bool = True) -> dict[str, Any]:
-    """Reference, warm-up, stock baseline, snapshot, the N jobs, snapshot: the figures (module docstring)."""
+         per_loop: int, llm_url: str, chroma_dir: str, stock_baseline: bool = True,
+         leak_mib_per_job: float = 0.0) -> dict[str, Any]:
+    """Reference, warm-up, stock baseline, snapshot, the N jobs, snapshot: the figures (module docstring).
+    ``leak_mib_per_job``: a leak injected into the optimized side's N jobs (:func:`run_callers`)."""
     from ayo_core.runtime import bridge
 
     server_before = server_in_flight(llm_url)  # a shared server may be busy with other clients
@@ -353,10 +366,11 @@ def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, wa
     baseline = stock_growth(apps, jobs, threads, loops, per_loop, chroma_dir) if stock_baseline else None
     before = snapshot(chroma_dir)
     t1 = time.perf_counter()
-    result = check(run_callers(apps, jobs, threads, loops, per_loop), jobs, refs)
+    result = check(run_callers(apps, jobs, threads, loops, per_loop, leak_mib_per_job=leak_mib_per_job), jobs, refs)
     elapsed = time.perf_counter() - t1
     settle()
     after = snapshot(chroma_dir)
+    _INJECTED_LEAK.clear()  # held until the snapshot, like a leak; not past it
     result.update({"stock_baseline": baseline,
                    "chroma_fds": [before.chroma_fds, after.chroma_fds],
         "apps": [a.name for a in apps], "jobs_per_adapter": jobs_per_adapter(apps, jobs), "callers": {"threads": threads, "loops": loops, "per_loop": per_loop},
@@ -365,6 +379,7 @@ def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, wa
         "rss_mib": [before.rss_mib, after.rss_mib], "rss_growth_pct": 100 * (after.rss_mib / before.rss_mib - 1),
         "trimmed_rss_mib": [before.trimmed_rss_mib, after.trimmed_rss_mib],
         "trimmed_rss_growth_pct": 100 * (after.trimmed_rss_mib / before.trimmed_rss_mib - 1),
+        "injected_leak_mib_per_job": leak_mib_per_job,
         "fds": [before.fds, after.fds], "tcp_fds": [before.tcp_fds, after.tcp_fds],
         "event_loops": [before.event_loops, after.event_loops], "threads": [before.threads, after.threads],
         "ayo_loop_tasks": [before.loop_tasks, after.loop_tasks],
@@ -374,6 +389,16 @@ def soak(apps: list[App], questions: dict[str, list[dict[str, Any]]], n: int, wa
         "server_in_flight_min_before": server_before,
     })
     return result
+
+
+def memory_growth(r: dict[str, Any]) -> dict[str, Any]:
+    """Ayo's resident growth after malloc_trim beyond stock's (its run of the same jobs; none when the
+    baseline was left out), per job, against :data:`MAX_GROWTH_MIB_PER_JOB`."""
+    ayo = r["trimmed_rss_mib"][1] - r["trimmed_rss_mib"][0]
+    stock = max(0.0, (r["stock_baseline"] or {}).get("trimmed_rss_growth_mib", 0.0))
+    per_job = (ayo - stock) / max(1, r["jobs"])
+    return {"ayo_growth_mib": ayo, "stock_growth_mib": stock, "growth_mib_per_job": per_job,
+            "bound_mib_per_job": MAX_GROWTH_MIB_PER_JOB, "ok": per_job < MAX_GROWTH_MIB_PER_JOB}
 
 
 def jobs_per_adapter(apps: list[App], jobs: list[Job]) -> dict[str, int]:
@@ -396,6 +421,10 @@ def print_figures(r: dict[str, Any]) -> None:
           f"tasks on Ayo's loop {r['ayo_loop_tasks'][0]} -> {r['ayo_loop_tasks'][1]}")
     print(f"  after malloc_trim: RSS {r['trimmed_rss_mib'][0]:.0f} -> {r['trimmed_rss_mib'][1]:.0f} MiB "
           f"({r['trimmed_rss_growth_pct']:+.2f} %; the rest is glibc arena slack, not held memory)")
+    m = memory_growth(r)
+    print(f"  memory held per job beyond stock's: {m['growth_mib_per_job']:+.3f} MiB (Ayo {m['ayo_growth_mib']:+.1f}, "
+          f"stock {m['stock_growth_mib']:+.1f} MiB; bound {m['bound_mib_per_job']} MiB per job: "
+          f"{'ok' if m['ok'] else 'EXCEEDED'})")
     print(f"  jobs per adapter: {r['jobs_per_adapter']}")
     if (b := r["stock_baseline"]) is not None:
         print(f"  stock, same jobs and callers: RSS {b['rss_growth_pct']:+.2f} % "
@@ -421,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-stock-baseline", dest="stock_baseline", action="store_false",
                         help="skip the run of the same jobs through stock (the apps' own growth)")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    parser.add_argument("--inject-leak-mib", type=float, default=0.0, metavar="MIB",
+                        help="keep MIB per optimized job on purpose: the memory check must fail (it is tested)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from ayo_core import serve_llm
@@ -432,14 +463,16 @@ def main(argv: list[str] | None = None) -> int:
         apps = build_apps(args.apps, cfg)
         questions = {a.name: load_questions(a.name, args.questions) for a in apps}
         result = soak(apps, questions, args.n, args.warmup, args.threads, args.loops, args.per_loop, llm_url,
-                      cfg.chroma_dir, stock_baseline=args.stock_baseline)
+                      cfg.chroma_dir, stock_baseline=args.stock_baseline, leak_mib_per_job=args.inject_leak_mib)
         from ayo_bench import provenance
 
-        result["provenance"] = provenance.collect(llm_url, started_by_ayo=True, dtype="float32")
+        outputs = (args.out,) if args.out else ()
+        result["provenance"] = provenance.collect(llm_url, started_by_ayo=True, dtype="float32", outputs=outputs)
     print_figures(result)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    return 0 if result["mismatches"] == result["failures"] == result["never_answered"] == 0 else 1
+    clean = result["mismatches"] == result["failures"] == result["never_answered"] == 0
+    return 0 if clean and memory_growth(result)["ok"] else 1
 
 
 if __name__ == "__main__":
