@@ -134,7 +134,8 @@ class Parser(Module):
 
 @dataclass
 class VectorRetriever(Module):
-    """``VectorStoreRetriever`` over ``langchain_chroma.Chroma`` with ``HuggingFaceEmbeddings``."""
+    """``VectorStoreRetriever`` over ``langchain_chroma.Chroma`` with ``HuggingFaceEmbeddings`` or
+    ``OpenAIEmbeddings`` (an OpenAI-compatible embedding server)."""
 
     vectorstore: Any = None
     embeddings: Any = None
@@ -207,13 +208,19 @@ def _openai_model(obj: Any) -> tuple[bool, bool]:
 
 
 def embeddings_supported(emb: Any) -> str:
-    """'' when Ayo's embedding engine reproduces ``emb.embed_query``, else why not."""
+    """'' when one of Ayo's embedding engines reproduces ``emb.embed_query``, else why not."""
+    try:
+        from langchain_openai import OpenAIEmbeddings
+    except ImportError:  # pragma: no cover - langchain-openai is a dependency
+        OpenAIEmbeddings = None  # noqa: N806
+    if OpenAIEmbeddings is not None and type(emb) is OpenAIEmbeddings:
+        return openai_embeddings_supported(emb)
     try:
         from langchain_huggingface import HuggingFaceEmbeddings
     except ImportError:  # pragma: no cover
         return "langchain-huggingface is not installed"
     if type(emb) is not HuggingFaceEmbeddings:
-        return f"embeddings {type(emb).__name__} are not HuggingFaceEmbeddings"
+        return f"embeddings {type(emb).__name__} are not HuggingFaceEmbeddings or OpenAIEmbeddings"
     if emb.multi_process:
         return "multi_process embeddings"
     if set(emb.model_kwargs) - {"device"} or emb.model_kwargs.get("device", "cpu") != "cpu":
@@ -221,6 +228,37 @@ def embeddings_supported(emb: Any) -> str:
     kwargs = emb.query_encode_kwargs or emb.encode_kwargs
     if set(kwargs) - {"normalize_embeddings", "batch_size", "convert_to_numpy"}:
         return f"encode kwargs {sorted(kwargs)} (only normalize_embeddings is reproduced)"
+    return ""
+
+
+# OpenAIEmbeddings settings under which its client sends what Ayo's remote engine does not: field -> why
+_OPENAI_EMBEDDINGS_OPAQUE: dict[str, str] = {
+    "openai_proxy": "a proxy", "http_client": "its own http_client", "http_async_client": "its own http_async_client",
+    "default_query": "default_query parameters", "openai_organization": "an organization header",
+    "headers": "headers",
+}
+
+
+def openai_embeddings_supported(emb: Any) -> str:
+    """'' when Ayo's remote embedding engine sends what ``OpenAIEmbeddings.embed_query`` sends, else why not."""
+    from ayo_core.engines.remote_embedding import SENT_PARAMS
+    from ayo_shims import langchain_embeddings as emb_shim
+
+    if emb.check_embedding_ctx_length:
+        return ("check_embedding_ctx_length=True (stock tokenizes with tiktoken and averages the chunks of long "
+                "texts; set it False for an OpenAI-compatible server)")
+    if not emb.openai_api_base:
+        return "no base_url (the openai SDK's default server)"
+    if callable(emb.openai_api_key):
+        return "an api_key callable"
+    for name, what in _OPENAI_EMBEDDINGS_OPAQUE.items():
+        if getattr(emb, name, None):
+            return f"{what} is set (a transport Ayo would bypass)"
+    params = emb_shim.embeddings_invocation_params(emb)
+    if unknown := sorted(set(params) - SENT_PARAMS - {"model"}):
+        return f"request fields {unknown} (only {sorted(SENT_PARAMS)} are reproduced)"
+    if params.get("encoding_format", "float") != "float":
+        return f"encoding_format={params['encoding_format']!r} (the SDK returns it undecoded)"
     return ""
 
 

@@ -4,7 +4,10 @@ The engines themselves come from the core registry (:mod:`ayo_core.engines.regis
 ``LLMEngine`` per server, model and key, one ``EmbeddingEngine`` per model folder and
 settings, shared with the LlamaIndex adapter and with chains optimized separately. The
 embedding engine is set up the way ``HuggingFaceEmbeddings`` encodes: newlines replaced by
-spaces; normalization is passed per request from the user's ``encode_kwargs``.
+spaces; normalization is passed per request from the user's ``encode_kwargs``. An
+``OpenAIEmbeddings`` (``check_embedding_ctx_length=False``, at an OpenAI-compatible server) gets
+the shared ``RemoteEmbeddingEngine`` for its server and request fields, sending at most
+``chunk_size`` texts a request, each as ``embed_documents`` sends it (no newline replacement).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ayo_core.engines.registry import get_embedding_engine, get_llm_engine
+from ayo_core.engines.remote_embedding import get_remote_embedding_engine
 from ayo_core.models import local_model_folder
+from ayo_shims import langchain_embeddings as emb_shim
 
 log = logging.getLogger(__name__)
 
@@ -51,3 +56,39 @@ def model_endpoint(model: Any) -> tuple[str, str] | None:
 def embedding_folder(emb: Any) -> str | None:
     """The local model folder of a ``HuggingFaceEmbeddings``, or None (a hub name Ayo cannot load offline)."""
     return local_model_folder(emb.model_name)
+
+
+def is_remote_embeddings(emb: Any) -> bool:
+    """Whether ``emb`` is an ``OpenAIEmbeddings`` (served by a remote embedding engine)."""
+    from langchain_openai import OpenAIEmbeddings
+
+    return type(emb) is OpenAIEmbeddings
+
+
+def remote_embedding_options(emb: Any) -> dict[str, Any]:
+    """``get_remote_embedding_engine`` arguments for an ``OpenAIEmbeddings``: what its client sends."""
+    params = emb_shim.embeddings_invocation_params(emb)
+    key = emb.openai_api_key
+    return {
+        "base_url": str(emb.openai_api_base), "model": str(params.pop("model")),
+        "api_key": key.get_secret_value() if hasattr(key, "get_secret_value") else key,
+        "max_batch": int(emb.chunk_size), "params": tuple(sorted(params.items())),
+        "headers": tuple(sorted((emb.default_headers or {}).items())),
+        "timeout": float(emb.request_timeout) if isinstance(emb.request_timeout, (int, float)) else 600.0,
+        "max_retries": int(emb.max_retries),
+    }
+
+
+def embedding_identity(emb: Any) -> Any:
+    """What tells two embedding objects apart for Ayo's engines: the model folder of a
+    ``HuggingFaceEmbeddings``, the server and request settings of an ``OpenAIEmbeddings``."""
+    if is_remote_embeddings(emb):
+        return ("remote", *sorted(remote_embedding_options(emb).items()))
+    return embedding_folder(emb)
+
+
+def embedding_engine_for(emb: Any) -> Any:
+    """The shared engine that embeds for ``emb`` (a supported ``HuggingFaceEmbeddings`` / ``OpenAIEmbeddings``)."""
+    if is_remote_embeddings(emb):
+        return get_remote_embedding_engine(**remote_embedding_options(emb))
+    return embedding_engine(embedding_folder(emb))

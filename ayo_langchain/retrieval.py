@@ -2,7 +2,9 @@
 
 * ``VectorStoreRetriever`` over ``langchain_chroma.Chroma`` with ``HuggingFaceEmbeddings``
   -> EMBED on Ayo's embedding engine (same model folder, same options: newline
-  replacement, ``normalize_embeddings``; concurrent queries share forward passes) +
+  replacement, ``normalize_embeddings``; concurrent queries share forward passes), or with
+  ``OpenAIEmbeddings`` -> EMBED on the remote embedding engine (the query sent as
+  ``embed_query`` sends it; concurrent queries share requests) +
   SEARCH through the user's own ``Chroma`` object (``similarity_search_by_vector`` /
   ``max_marginal_relevance_search_by_vector``: the very calls ``similarity_search`` /
   ``max_marginal_relevance_search`` make after embedding the query).
@@ -28,6 +30,7 @@ from langchain_core.runnables import RunnableConfig
 from ayo_core.runtime.errors import Captured, capturing
 from ayo_core.templates import Aggregate, Opaque, StepRetrieval, Transform
 from ayo_langchain import capture as cap
+from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, reported, start_retriever_run, step_config
 from ayo_langchain.lower import COST, Lowerer, call_user
 
@@ -38,7 +41,10 @@ _MMR_KEYS = ("k", "fetch_k", "lambda_mult", "filter", "where_document")
 # ---- vector retrieval ------------------------------------------------------------------
 async def embed_query(ctx: Any, plan: Any, emb: Any, query: str) -> list[float]:
     """``HuggingFaceEmbeddings.embed_query`` on the embedding engine (its options: newline replacement,
-    ``normalize_embeddings``; its ``batch_size`` with ``exact_embeddings``)."""
+    ``normalize_embeddings``; its ``batch_size`` with ``exact_embeddings``); ``OpenAIEmbeddings.embed_query``
+    (the text as it is: the server computes the vector) on the remote one."""
+    if eng.is_remote_embeddings(emb):
+        return (await ctx.embed.aembed([query]))[0]  # type: ignore[no-any-return]
     encode = emb.query_encode_kwargs or emb.encode_kwargs
     kw: dict[str, Any] = {"normalize": bool(encode.get("normalize_embeddings", False))}
     if plan.options.exact_embeddings:

@@ -113,7 +113,7 @@ class Plan:
         self.routed: dict[int, Any] = {}
         self._dynamic: OrderedDict[int, tuple[Any, cap.Module]] = OrderedDict()
         self.llm_endpoint: tuple[str, str] | None = None
-        self.embed_folder: str | None = None
+        self.embed_folder: Any = None  # engines.embedding_identity of the embeddings self.embed serves
         self.llm: Any = None
         self.embed: Any = None
         self.own_runtime = runtime is None
@@ -169,7 +169,7 @@ class Plan:
 
     def serves_embeddings(self, emb: Any) -> bool:
         return (self.embed is not None and not cap.embeddings_supported(emb)
-                and eng.embedding_folder(emb) == self.embed_folder)
+                and eng.embedding_identity(emb) == self.embed_folder)
 
     # ---- discovery ------------------------------------------------------------------
     def capture(self, runnable: Any) -> cap.Module:
@@ -196,9 +196,9 @@ class Plan:
             if isinstance(m, cap.Model):
                 self._register_model(m, discover)
             elif isinstance(m, cap.VectorRetriever) and discover and self.embed is None:
-                folder = eng.embedding_folder(m.embeddings)
+                folder = eng.embedding_identity(m.embeddings)  # a model folder, or a server's settings
                 if folder and not cap.embeddings_supported(m.embeddings):
-                    self.embed_folder, self.embed = folder, eng.embedding_engine(folder)
+                    self.embed_folder, self.embed = folder, eng.embedding_engine_for(m.embeddings)
             elif isinstance(m, cap.Branch) and discover:
                 for _cond, arm in m.runnable.branches:
                     self._register(self.capture(arm), discover)
