@@ -1,4 +1,4 @@
-"""The ``ayo`` command line: ``serve``, ``models prepare``, ``compare``.
+"""The ``ayo`` command line: ``serve``, ``models prepare``, ``compare``, ``cluster``, ``emulate``.
 
 Subcommands import their implementation lazily so ``ayo --help`` is instant.
 ``compare`` lives in the installed ``ayo_bench`` package (it drives the example
@@ -53,6 +53,12 @@ def _cmd_cluster(argv: list[str]) -> int:
     return cluster_main(argv) or 0
 
 
+def _cmd_emulate(argv: list[str]) -> int:
+    from ayo_core.emulate.cli import main as emulate_main
+
+    return emulate_main(argv) or 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ayo`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -64,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     models_p.add_argument("action", choices=["prepare"])
     sub.add_parser("compare", help="stock vs Ayo on the same engines (see `ayo compare --help`)", add_help=False)
     sub.add_parser("cluster", help="engines as replicas on Ray: up | status | down", add_help=False)
-    if argv and argv[0] in ("serve", "compare", "cluster"):
-        handler = {"serve": _cmd_serve, "compare": _cmd_compare, "cluster": _cmd_cluster}[argv[0]]
+    sub.add_parser("emulate", help="an emulated deployment: serve | profiles | calibrate", add_help=False)
+    handlers = {"serve": _cmd_serve, "compare": _cmd_compare, "cluster": _cmd_cluster, "emulate": _cmd_emulate}
+    if argv and argv[0] in handlers:
+        handler = handlers[argv[0]]
         return handler(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "models":
