@@ -67,8 +67,8 @@ def write_measured(folder: Path, app: str, prov: dict[str, Any] | None) -> dict[
 def write_result(folder: Path, app: str, prov: dict[str, Any] | None, ratios: tuple[float, ...] = ()) -> None:
     """A fixed summary for the rendering tests (its pairs hold ratios only: not one ``--check`` accepts)."""
     summary = {"n": 2, "stock_median_s": 2.0, "stock_p95_s": 2.2, "ayo_median_s": 1.0, "ayo_p95_s": 1.1,
-               "median_ratio": 2.0, "balanced_ratio": 2.0, "identical_answers": 2, "busiest_engine": "llm",
-               "efficiency_median": 0.8, "efficiency_model_median": 0.7,
+               "median_ratio": 2.0, "balanced_ratio": 2.0, "identical_answers": 2, "utilization_engine": "llm",
+               "latency_over_bound_median": 1.25, "latency_over_bound_min": 1.1,
                "gap_median_s": {"outside_graph": 0.1, "other_engine": 0.05, "queued": 0.0, "runtime": 0.05},
                "ayo_overhead_median_pct": 0.5}
     data = {"app": app, "date": "2026-12-01T00:00:00Z", "machine": {"cpu": "test cpu", "cores": 2}, "model": "m",
@@ -93,7 +93,7 @@ def test_header_comes_from_provenance(tmp_path: Path) -> None:
     assert "commit `abcdef1234`" in table and "vLLM 0.32.0 (float32" in table and "--enforce-eager" in table
     assert "/models/m-float32" not in table  # a machine's paths are not the README's business
     assert "fp32" not in table  # nothing hard-coded: the dtype is the server's
-    assert "| naive_rag | 2 | 2.00 s | 1.00 s | 2.00x (2.00x) |" in table and "| 0.80 / 0.70 |" in table
+    assert "| naive_rag | 2 | 2.00 s | 1.00 s | 2.00x (2.00x) |" in table and "| 1.25x (min 1.10x) |" in table
 
 
 def test_each_row_says_whether_its_pairs_show_a_difference(tmp_path: Path) -> None:
