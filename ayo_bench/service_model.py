@@ -86,6 +86,9 @@ class StepServiceModel:
     embed: LatencyModel | None = None
 
     def llm_alone_s(self, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> float:
+        alone = getattr(self.llm, "alone_s", None)
+        if callable(alone):  # the model's own account of a lone request: one source of truth
+            return float(alone(prompt_tokens, cached_tokens, completion_tokens))
         m, r = self.llm, LLMRequest(prompt_tokens, cached_tokens, completion_tokens)
         prefill = _prefill_tokens(r)
         steps = math.ceil(prefill / m.prefill_chunk) + _decode_steps(r)
@@ -105,8 +108,10 @@ def step_engine_floor_s(m: StepModel, requests: Sequence[LLMRequest]) -> float:
     fixed by the token counts), and it runs at least as many steps as the longest request needs
     alone and as the prefill chunks need. A step with ``d`` decoding sequences costs
     ``per_sequence * (d - 1)`` more, so ``D`` decode sequence-steps in ``S`` steps cost at least
-    ``per_sequence * (D - S)``; the total is least at one of the two ends of ``S``. ``fixed`` is
-    not engine time (it overlaps other requests' steps).
+    ``per_sequence * (D - S)``; the total is least at one of the two ends of ``S``. A step is also
+    never cheaper than ``token_roofline_s`` per token it computes (decoding sequences + prefill
+    tokens), and those tokens are the same in any schedule. ``fixed`` is not engine time (it
+    overlaps other requests' steps).
     """
     if not requests:
         return 0.0
@@ -116,6 +121,7 @@ def step_engine_floor_s(m: StepModel, requests: Sequence[LLMRequest]) -> float:
     seq_steps = sum(_decode_steps(r) for r in requests)
     steps_cost = min(m.step_base * s + m.per_sequence * max(0, seq_steps - s)
                      for s in (least_steps, max(least_steps, seq_steps)))
+    steps_cost = max(steps_cost, getattr(m, "token_roofline_s", 0.0) * (seq_steps + prefill))
     return steps_cost + m.per_prefill_token * prefill + m.per_context_token * sum(_context_read(r) for r in requests)
 
 
@@ -206,7 +212,7 @@ def llm_engine_floor_s(service: Any, requests: Sequence[LLMRequest]) -> float:
     if callable(floor):
         return float(floor(requests))
     step = getattr(service, "llm", None)
-    if isinstance(step, StepModel):
+    if isinstance(step, StepModel) and getattr(service, "hosted", None) is None:  # a hosted API: no steps of ours
         return step_engine_floor_s(step, requests)
     return max(service.llm_alone_s(r.prompt_tokens, r.cached_tokens, r.completion_tokens) for r in requests)
 

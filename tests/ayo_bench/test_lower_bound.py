@@ -34,6 +34,8 @@ from ayo_core.runtime.fakes import FakeEmbedding, FakeLLM, LatencyModel
 
 STEP = StepModel(fixed=0.004, step_base=0.012, per_sequence=0.001, per_context_token=1e-5, per_prefill_token=2e-4,
                  prefill_chunk=64)
+ROOFLINE = StepModel(fixed=0.004, step_base=0.012, per_sequence=0.001, per_context_token=1e-5, per_prefill_token=0.0,
+                     prefill_chunk=64, token_roofline_s=4e-4)  # big batches and prefill chunks are compute-bound
 SERIAL = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=0.9)
 
 
@@ -143,28 +145,31 @@ def test_a_batching_engine_can_beat_the_sum_of_its_requests_and_the_bound_allows
 
 
 def test_step_model_alone_time_is_the_serving_fakes_time_alone() -> None:
-    for words, tokens in ((1, 1), (5, 0), (63, 3), (64, 3), (65, 9), (300, 17)):
-        async def main(words: int = words, tokens: int = tokens) -> float:
-            llm = ServingFakeLLM(STEP)
+    for model, words, tokens in ((m, w, t) for m in (STEP, ROOFLINE)
+                                 for w, t in ((1, 1), (5, 0), (63, 3), (64, 3), (65, 9), (300, 17))):
+        async def main(model: StepModel = model, words: int = words, tokens: int = tokens) -> float:
+            llm = ServingFakeLLM(model)
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             await llm.complete(" ".join(f"w{i}" for i in range(words)), max_tokens=tokens)
             return loop.time() - t0
 
-        assert StepServiceModel(STEP).llm_alone_s(words, 0, tokens) == pytest.approx(run_virtual(main), rel=1e-9)
+        assert StepServiceModel(model).llm_alone_s(words, 0, tokens) == pytest.approx(run_virtual(main), rel=1e-9)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.integers(1, 150), st.integers(0, 30)), min_size=1, max_size=12))
-def test_the_step_engine_floor_never_exceeds_the_engines_busy_time(shapes: list[tuple[int, int]]) -> None:
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(1, 150), st.integers(0, 30)), min_size=1, max_size=12),
+       st.sampled_from([STEP, ROOFLINE]))
+def test_the_step_engine_floor_never_exceeds_the_engines_busy_time(shapes: list[tuple[int, int]],
+                                                                   model: StepModel) -> None:
     async def main() -> tuple[float, list[LLMRequest]]:
-        llm = ServingFakeLLM(STEP)
+        llm = ServingFakeLLM(model)
         results = await asyncio.gather(*(llm.complete(" ".join(f"p{k}w{i}" for i in range(w)), max_tokens=n)
                                          for k, (w, n) in enumerate(shapes)))
         return llm.busy_s, [LLMRequest(r.prompt_tokens, r.cached_tokens, r.completion_tokens) for r in results]
 
     busy, requests = run_virtual(main)
-    assert step_engine_floor_s(STEP, requests) <= busy + 1e-9
+    assert step_engine_floor_s(model, requests) <= busy + 1e-9
 
 
 @st.composite
@@ -182,12 +187,13 @@ def dag_graph(spec: list[tuple[int, int, tuple[int, ...]]]) -> Graph:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(llm_dags(), st.sampled_from(["serving", "serial", "two slots"]), st.booleans())
+@given(llm_dags(), st.sampled_from(["serving", "compute-bound", "serial", "two slots"]), st.booleans())
 def test_no_schedule_beats_the_bound(spec: list[tuple[int, int, tuple[int, ...]]], engine: str,
                                      sequential: bool) -> None:
-    if engine == "serving":
-        llm: Any = RecordedServingLLM(STEP)
-        service: Any = StepServiceModel(STEP)
+    if engine in ("serving", "compute-bound"):
+        model = STEP if engine == "serving" else ROOFLINE
+        llm: Any = RecordedServingLLM(model)
+        service: Any = StepServiceModel(model)
     else:
         slots = 1 if engine == "serial" else 2
         llm, service = RecordedFakeLLM(SERIAL, max_concurrency=slots), FakeEnginesServiceModel(SERIAL, llm_slots=slots)
@@ -227,3 +233,14 @@ def test_measured_model_uses_lone_requests_of_no_larger_shape() -> None:
     assert m.llm_alone_s(100, 50, 10) == pytest.approx(0.5)  # 50 uncached: only the 50-token request fits
     assert m.llm_alone_s(10, 0, 1) == 0.0  # no lone request that small: counts 0
     assert m.llm_alone_s(1000, 0, 100) == pytest.approx(1.0)  # the overlapping pair are not lone
+
+
+@pytest.mark.parametrize("name", ["h100-llama2-7b", "a100-llama2-7b"])
+def test_a_deployment_profile_is_a_service_model(name: str) -> None:
+    # ayo_core.emulate's profiles have llm_alone_s/embed_batch_s and a StepModel: the bound takes them as they are
+    from ayo_core.emulate.profile import load_profile
+
+    profile = load_profile(name)
+    g = dag_graph([(80, 12, ()), (40, 30, ()), (200, 6, (0, 1)), (20, 3, (2,))])
+    b = bound_of_run(g, Engines(llm=RecordedServingLLM(profile.llm)), profile)
+    assert b.service_model == profile.name and 0 < b.bound_s <= b.latency_s * (1 + 1e-9)
