@@ -35,6 +35,7 @@ def unverified(monkeypatch):
 
 def test_every_declared_touchpoint_verifies_on_the_installed_versions() -> None:
     import llama_index.embeddings.huggingface  # noqa: F401 - optional integrations: verified once imported
+    import llama_index.embeddings.openai  # noqa: F401
     import llama_index.llms.openai  # noqa: F401
     import llama_index.vector_stores.chroma  # noqa: F401
 
