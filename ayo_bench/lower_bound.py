@@ -30,6 +30,7 @@ row counts 0.
 from __future__ import annotations
 
 import logging
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -266,3 +267,25 @@ def engine_work(requests: Sequence[Request], service: Any) -> dict[str, float]:
     if texts:
         out["embed"] = embed_engine_floor_s(service, texts)
     return out
+
+
+def summarize_lower_bounds(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the pairs (rows with ``ayo_s`` and a ``lower_bound``) of the bound, its parts and
+    Ayo's latency / bound; empty when no row has a bound above 0."""
+    bounded = [r for r in rows if r.get("lower_bound") and r["lower_bound"]["bound_s"] > 0]
+    if not bounded:
+        return {}
+    lbs = [r["lower_bound"] for r in bounded]
+    engines = [b["busiest_engine"] for b in lbs]
+    over = [r["ayo_s"] / b["bound_s"] for r, b in zip(bounded, lbs, strict=True)]
+    return {
+        "lower_bound_median_s": statistics.median(b["bound_s"] for b in lbs),
+        "lower_bound_critical_path_median_s": statistics.median(b["critical_path_s"] for b in lbs),
+        "lower_bound_engine": max(set(engines), key=engines.count),
+        "lower_bound_engine_work_median_s": statistics.median(max(b["engine_work_s"].values(), default=0.0)
+                                                              for b in lbs),
+        "latency_over_bound_median": statistics.median(over), "latency_over_bound_min": min(over),
+        "lower_bound_service_model": sorted({b["service_model"] for b in lbs}),
+        "lower_bound_llm_requests_with_tokens": sum(b["llm_requests_with_tokens"] for b in lbs),
+        "lower_bound_llm_requests": sum(b["llm_requests"] for b in lbs),
+    }
