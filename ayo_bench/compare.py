@@ -497,7 +497,7 @@ def header(cfg: EnginesConfig, args: argparse.Namespace, search_latency: float, 
 
 
 async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, meta: dict[str, Any],
-                      recorder: Any = None) -> dict[str, Any]:
+                      recorder: Any = None, deployment: Any = None) -> dict[str, Any]:
     questions = load_questions(name, args.n)
     pair = AppPair(name, cfg)
     pair.recorder = recorder
@@ -506,6 +506,14 @@ async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, m
                               "prefix_cache_reset_between_runs": bool(pair.cache_reset_url)}
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    suffix = ""
+    if deployment is not None:  # an emulated deployment: record the answers, then time the replay
+        recorded = await deployment.record_pass(pair, questions[:max(args.warmup, 0)] + questions)
+        result["deployment"] = {**deployment.describe(), **{k: v for k, v in recorded.items() if k != "stats_before_timed"}}
+        if deployment.timed_mode == "replay":
+            pair.service_model = deployment.profile  # zero-load service times of the emulated engines
+        suffix = f"-{deployment.profile.name}" + ("-proxy" if deployment.timed_mode == "record" else "")
+        before = recorded["stats_before_timed"]
     if args.mode == "load":
         result["load"] = await run_load(pair, questions, args.rate, args.warmup, args.seed)
         print_load(name, result["load"])
@@ -513,9 +521,13 @@ async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, m
     else:
         result.update(await run_latency(pair, questions, args.warmup, args.seed))
         print_latency(name, result["summary"], pair.ayo_missing)
-        result["timeline"] = await record_timelines(pair, questions[0], out_dir / f"{name}.trace.json")
+        result["timeline"] = await record_timelines(pair, questions[0], out_dir / f"{name}{suffix}.trace.json")
         stem = name
-    path = out_dir / f"{stem}.json"
+    if deployment is not None:
+        result["deployment"]["timed_requests"] = deployment.misses_since(before)
+        print(f"  deployment {result['deployment']['name']} ({'emulated' if result['deployment']['emulated'] else 'real engines through the emulator'}):"
+              f" {result['deployment']['timed_requests']}")
+    path = out_dir / f"{stem}{suffix}.json"
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"  wrote {_shown(path)}")
     if not args.no_plot:
@@ -541,6 +553,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-record", action="store_true",
                         help="latency mode: send LLM requests straight to the server, without the recording "
                              "pass-through (no stock-model bound, and the busiest-engine bound sees Ayo's graph only)")
+    parser.add_argument("--deployment", default=None, metavar="PROFILE",
+                        help="run both apps on an emulated deployment (ayo emulate): a profile name "
+                             "(`ayo emulate profiles`) or a profile JSON; every figure is then emulated")
+    parser.add_argument("--emulator-mode", choices=["replay", "proxy"], default="replay",
+                        help="with --deployment: replay (the profile's timing) or proxy (the real engines in real "
+                             "time through the emulator's endpoints, what an emulated run is validated against)")
     args = parser.parse_args(argv)
     args.argv = argv
     if args.rate <= 0:
@@ -581,9 +599,16 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         llm_url = stack.enter_context(serve_llm(dtype=LLM_DTYPE))
         search = stack.enter_context(SearchService(latency_s=args.search_latency, mode="process"))
-        recorder = None if args.no_record or args.mode != "latency" else stack.enter_context(recording(llm_url))
-        cfg = EnginesConfig(llm_url=recorder.base_url if recorder else llm_url, max_tokens=args.max_tokens,
-                            search_url=search.url)
+        deployment, apps_url, embed_url = None, llm_url, ""
+        if args.deployment:
+            from .deployment import emulated_deployment
+
+            deployment = stack.enter_context(emulated_deployment(args.deployment, llm_url, EnginesConfig.model,
+                                                                 args.emulator_mode))
+            apps_url = embed_url = deployment.emulator.base_url
+        recorder = None if args.no_record or args.mode != "latency" else stack.enter_context(recording(apps_url))
+        cfg = EnginesConfig(llm_url=recorder.base_url if recorder else apps_url, max_tokens=args.max_tokens,
+                            search_url=search.url, embed_url=embed_url)
         meta = header(cfg, args, search.latency_s, llm_url, llm_given)
         print(f"engines: LLM {llm_url} ({cfg.model}{', recorded through ' + cfg.llm_url if recorder else ''}),"
               f" search {search.url} (declared latency {search.latency_s:.3f} s)")
@@ -591,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
             # Sync apps (the LlamaIndex document-QA functions) run in threads: enough for open-loop load.
             runner.get_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
             for name in apps:
-                runner.run(compare_app(name, cfg, args, meta, recorder))
+                runner.run(compare_app(name, cfg, args, meta, recorder, deployment))
     return 0
 
 
