@@ -126,3 +126,24 @@ def test_a_server_error_fails_the_query_naming_the_server(server, llm_url) -> No
     with pytest.raises(RemoteEmbeddingError, match=rf"{server.url}/embeddings rejected.*HTTP 400.*injected"):
         fast.query(QUESTIONS[0])
     server.fail_with.clear()
+
+
+@pytest.mark.llm
+@pytest.mark.parametrize("app", ["naive_rag", "advanced_rag"])
+def test_example_app_on_an_embedding_server_answers_as_stock(server, llm_url, app, tmp_path) -> None:
+    import importlib
+
+    from ayo_examples.common import EnginesConfig, load_questions
+
+    module = importlib.import_module(f"ayo_examples.{app}")
+    cfg = EnginesConfig(llm_url=llm_url, max_tokens=MAX_TOKENS, chroma_dir=str(tmp_path), embed_url=server.url)
+    item = load_questions(app, 1)[0]
+    server.clear()
+    stock_answer = module.run(module.build_stock(cfg), item)
+    assert server.requests, "the app did not embed on the server"
+    stock_requests = len(server.requests)
+    server.clear()
+    fast = module.build_optimized(cfg)
+    assert module.run(fast, item) == stock_answer
+    assert 0 < len(server.requests) <= stock_requests
+    assert "remote embedding engine" in fast.explain()
