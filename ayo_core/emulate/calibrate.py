@@ -1,0 +1,210 @@
+"""``ayo emulate calibrate``: fit the ``cpu-local`` profile to this machine's vLLM-CPU server and embedder.
+
+Measured over HTTP on the real server, as the apps reach it (so the fit holds what a request costs
+end to end), each point the median of ``repeats`` runs with the prefix cache emptied first:
+
+* **decode step against batch**: ``B`` concurrent streams of distinct short prompts (B = 1, 2, 4, 8);
+  the median gap between a stream's chunks after its first is one step of a batch of B -> a line
+  ``step_base + per_sequence * (B - 1)``;
+* **decode step against context**: one stream after prompts of 32..1,536 tokens -> ``per_context_token``;
+* **prefill**: time to the first token of prompts of 32..1,536 tokens, one at a time ->
+  ``per_prefill_token`` (slope) and ``fixed`` (what is left of the intercept after one step);
+* **embedding**: ``SentenceTransformer.encode`` of 1, 8 and 32 texts of ~60 tokens on this machine's
+  CPU, as the emulator's record mode runs it -> ``fixed_s`` and ``per_text_s``.
+
+Capacity comes from the server itself (``/metrics``: KV cache tokens, block size) and vLLM's CPU
+defaults (``max_num_batched_tokens`` 2048 and ``max_num_seqs`` 128 for the OpenAI server). Every
+constant's ``source`` says which measurement produced it, on which machine, when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import logging
+import os
+import platform
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ayo_core.emulate.profile import PROFILES_DIR
+
+log = logging.getLogger(__name__)
+BATCHES = (1, 2, 4, 8)
+CONTEXTS = (32, 512, 1024, 1536)
+CPU_DEFAULTS = ("vllm 0.32.0 vllm/engine/arg_utils.py _set_default_max_num_seqs_and_batched_tokens_args, CPU "
+                "platform in the OpenAI API server: max_num_batched_tokens 2048, max_num_seqs 128")
+
+
+def _prompt(n_words: int, salt: int) -> str:
+    return " ".join(f"w{salt}x{i}" for i in range(n_words))
+
+
+async def _stream_times(client: httpx.AsyncClient, base: str, model: str, prompt: str, max_tokens: int) -> list[float]:
+    """Arrival times (perf_counter) of the chunks that carry text, from the moment the request is sent."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    times = [time.perf_counter()]
+    async with client.stream("POST", base + "/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if line.startswith("data:") and '"text":' in line and line[5:].strip() != "[DONE]":
+                times.append(time.perf_counter())
+    return times
+
+
+async def _reset(client: httpx.AsyncClient, root: str) -> None:
+    try:
+        await client.post(root + "/reset_prefix_cache")
+    except httpx.HTTPError:
+        log.warning("no /reset_prefix_cache at %s: prefill points may read cached prefixes", root)
+
+
+def _gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in zip(times[2:], times[3:], strict=False)]  # after the first token
+
+
+async def _decode_vs_batch(client: httpx.AsyncClient, base: str, root: str, model: str, repeats: int) -> dict[int, float]:
+    out = {}
+    for b in BATCHES:
+        medians = []
+        for r in range(repeats):
+            await _reset(client, root)
+            runs = await asyncio.gather(*(_stream_times(client, base, model, _prompt(12, 100 * r + k), 48)
+                                          for k in range(b)))
+            medians.append(statistics.median(g for t in runs for g in _gaps(t)))
+        out[b] = statistics.median(medians)
+    return out
+
+
+async def _by_context(client: httpx.AsyncClient, base: str, root: str, model: str, repeats: int) -> dict[int, tuple[float, float]]:
+    """Prompt tokens -> (median time to first token, median decode gap) at batch 1."""
+    tokenized = {}
+    out = {}
+    for n in CONTEXTS:
+        ttfts, gaps = [], []
+        for r in range(repeats):
+            await _reset(client, root)
+            prompt = _prompt(max(1, n // 8), 7000 + r)  # ~8 tokens per word of this shape
+            times = await _stream_times(client, base, model, prompt, 24)
+            ttfts.append(times[1] - times[0])
+            gaps.append(statistics.median(_gaps(times)))
+            if r == 0:
+                tok = (await client.post(root + "/tokenize", json={"model": model, "prompt": prompt})).json()
+                tokenized[n] = int(tok["count"])
+        out[tokenized[n]] = (statistics.median(ttfts), statistics.median(gaps))
+    return out
+
+
+def _line(points: dict[float, float]) -> tuple[float, float]:
+    """Least-squares intercept and slope."""
+    xs, ys = list(points), list(points.values())
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
+def _embedding_costs(model_path: str, repeats: int) -> dict[int, float]:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(model_path, device="cpu")
+    text = " ".join(["calibration"] * 55)
+    model.encode([text])  # load and warm
+    out = {}
+    for n in (1, 8, 32):
+        runs = []
+        for _ in range(max(3, repeats)):
+            start = time.perf_counter()
+            model.encode([f"{text} {i}" for i in range(n)], batch_size=32)
+            runs.append(time.perf_counter() - start)
+        out[n] = statistics.median(runs)
+    return out
+
+
+async def _server_capacity(root: str) -> tuple[int, int]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        text = (await client.get(root + "/metrics")).text
+    kv = re.search(r'kv_cache_size_tokens="(\d+)"', text)
+    block = re.search(r'vllm:cache_config_info\{[^}]*block_size="(\d+)"', text)
+    return (int(kv.group(1)) if kv else 46592), (int(block.group(1)) if block else 32)
+
+
+def _where() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                   if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu} ({os.cpu_count()} cores), {datetime.date.today().isoformat()}"
+
+
+async def measure(llm_url: str, model: str, repeats: int) -> dict[str, Any]:
+    base = llm_url.rstrip("/")
+    root = base.removesuffix("/v1")
+    async with httpx.AsyncClient(timeout=httpx.Timeout(300, connect=30)) as client:
+        await _stream_times(client, base, model, _prompt(8, 1), 4)  # warm
+        batch = await _decode_vs_batch(client, base, root, model, repeats)
+        context = await _by_context(client, base, root, model, repeats)
+    kv_tokens, block = await _server_capacity(root)
+    return {"batch": batch, "context": context, "kv_tokens": kv_tokens, "block": block}
+
+
+def fit(m: dict[str, Any], embed: dict[int, float], where: str, repeats: int) -> dict[str, Any]:
+    """The cpu-local profile from the measurements, each constant citing its points."""
+    base, per_seq = _line({b - 1: s for b, s in m["batch"].items()})
+    ctx0, per_ctx = _line({n: gap for n, (_, gap) in m["context"].items()})
+    ttft0, per_prefill = _line({n: ttft for n, (ttft, _) in m["context"].items()})
+    e0, per_text = _line(embed)
+    how = f"measured by `ayo emulate calibrate` on {where}, medians of {repeats} runs"
+    pts = lambda d: ", ".join(f"{k}: {v * 1000:.1f} ms" for k, v in d.items())  # noqa: E731
+    llm = {
+        "step_base": {"value": max(1e-4, base), "source": f"{how}: decode gap against batch, intercept ({pts(m['batch'])})"},
+        "per_sequence": {"value": max(0.0, per_seq), "source": f"{how}: decode gap against batch, slope"},
+        "per_context_token": {"value": max(0.0, per_ctx), "source": f"{how}: decode gap at batch 1 against prompt "
+                                                                    f"tokens, slope ({pts({n: g for n, (_, g) in m['context'].items()})})"},
+        "per_prefill_token": {"value": max(0.0, per_prefill), "source": f"{how}: time to first token against prompt "
+                                                                       f"tokens, slope ({pts({n: t for n, (t, _) in m['context'].items()})})"},
+        "fixed": {"value": max(0.0, ttft0 - base), "source": f"{how}: time to first token's intercept minus one step"},
+        "token_roofline_s": {"value": 0.0, "source": "a CPU step grows with its batch from the first sequence on: "
+                                                     "per_sequence holds it, no separate compute-bound regime"},
+        "prefill_chunk": {"value": 2048, "source": CPU_DEFAULTS},
+        "max_seqs": {"value": 128, "source": CPU_DEFAULTS},
+        "kv_tokens": {"value": m["kv_tokens"], "source": "the server's /metrics vllm:cache_config_info "
+                                                         "kv_cache_size_tokens (VLLM_CPU_KVCACHE_SPACE=2 GiB)"},
+    }
+    embed_section = {
+        "fixed_s": {"value": max(0.0, e0), "source": f"{how}: SentenceTransformer.encode of 1/8/32 texts of ~60 tokens, "
+                                                    f"intercept ({pts(embed)})"},
+        "per_text_s": {"value": max(0.0, per_text), "source": f"{how}: the same measurement, slope"},
+        "per_token_s": {"value": 0.0, "source": "texts of one length were measured: the per-text slope holds it"},
+        "max_batch": {"value": 32, "source": "the emulator's record mode encodes with batch_size=32"},
+    }
+    return {"name": "cpu-local", "kind": "serving", "device": "cpu",
+            "description": f"this machine's vLLM-CPU server (SmolLM2-135M, float32, eager) and all-MiniLM-L6-v2 on "
+                           f"its CPU, fitted by ayo emulate calibrate ({where})",
+            "llm": llm, "embed": embed_section,
+            "prefix_block": {"value": m["block"], "source": "the server's /metrics vllm:cache_config_info block_size"}}
+
+
+def calibrate(out: str | Path | None = None, llm_url: str | None = None, pairs: int = 3) -> Path:
+    """Measure, fit and write the cpu-local profile; returns its path."""
+    from contextlib import ExitStack
+
+    from ayo_core.engines.llm_server import serve_llm
+    from ayo_core.models import LLM_NAME, embedding_model_path
+
+    path = Path(out) if out else PROFILES_DIR / "cpu-local.json"
+    with ExitStack() as stack:
+        url = llm_url or os.environ.get("AYO_LLM_URL") or stack.enter_context(serve_llm(dtype="float32"))
+        measured = asyncio.run(measure(url, LLM_NAME, pairs))
+    embed = _embedding_costs(str(embedding_model_path()), pairs)
+    profile = fit(measured, embed, _where(), pairs)
+    path.write_text(json.dumps(profile, indent=1) + "\n")
+    return path
