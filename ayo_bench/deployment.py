@@ -2,9 +2,11 @@
 
 Both apps reach the LLM *and* their embeddings through the emulator (the apps are built with the
 frameworks' own OpenAI-compatible embedding classes at its URL), the same deployment for both
-sides. Per app, first a *record pass*: every question once per side, untimed, in record mode (the
-real vLLM server and the real embedding model answer, and the answers are stored); then the timed
-pairs in replay mode, where the same answers come back token for token on the profile's clock.
+sides. Per app, first a *record pass*: every question once per side, untimed, with every request the store
+cannot answer sent to the real vLLM server and the real embedding model and its answer stored
+(replay mode with the real engines as upstream: what earlier runs recorded is not asked again);
+then the timed pairs in replay mode, where the same answers come back token for token on the
+profile's clock.
 A request that the record pass did not see (timing-dependent work, such as a speculation kept in
 one run and not in another) is proxied to the real engines and counted: the results file says how
 many. ``--emulator-mode proxy`` keeps record mode for the timed pairs too: the real engines in real
@@ -39,8 +41,9 @@ class Deployment:
                 "device": self.profile.device}
 
     async def record_pass(self, pair: Any, questions: list[dict[str, Any]]) -> dict[str, Any]:
-        """Every question once per side, in record mode (untimed): the answers the replay will serve."""
-        self.emulator.set_mode("record")
+        """Every question once per side (untimed), misses recorded from the real engines: the answers the
+        timed replay will serve."""
+        self.emulator.set_mode("replay")
         sides = ["stock"] + (["ayo"] if pair.ayo is not None else [])
         failures = 0
         for item in questions:
@@ -52,7 +55,8 @@ class Deployment:
                     failures += 1
                     log.error("%s %s failed in the record pass on %s: %r", pair.name, side, item["id"], exc)
         before = self.emulator.set_mode(self.timed_mode)
-        return {"record_pass_failures": failures, "recorded": before["recorded"], "stats_before_timed": before}
+        return {"record_pass_failures": failures, "recorded_in_record_pass": before["misses_proxied"],
+                "stats_before_timed": before}
 
     def misses_since(self, before: dict[str, Any]) -> dict[str, int]:
         now = self.emulator.stats()
