@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ayo_bench import provenance, stats
+from ayo_bench import emulated_table, provenance, stats
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -177,6 +177,9 @@ def check(readme: Path, folder: Path = RESULTS_DIR, docs: list[Path] | None = No
         problems.append((readme.name, PREDATES, f"{readme.name} has no `<!-- results:commit SHA -->` in its table: "
                          "regenerate it with --update from results that carry provenance"))
     problems += check_table(readme, folder)
+    if emulated_table.stale(readme, folder):
+        problems.append((readme.name, STALE_TABLE, f"{readme.name}'s emulated table differs from the rendering of "
+                         f"{folder.name}/: python benchmarks/readme_table.py --update {readme.name}"))
     problems += check_quoted([readme, *(docs if docs is not None else sorted(readme.parent.glob("docs/*.md")))],
                              folder)
     for path in sorted(folder.glob("*.json")):
@@ -293,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     table = render(Path(args.results))
     if args.update:
         update(Path(args.update), table)
+        if emulated_table.START in Path(args.update).read_text():
+            emulated_table.update(Path(args.update), Path(args.results))
     else:
         sys.stdout.write(table)
     return 0
