@@ -1,10 +1,13 @@
-"""What an LLM server can do for prefix warming: prefix caching, its KV block size, its device.
+"""What an LLM server can do for prefix warming: prefix caching, its KV block size, its device, /tokenize.
 
 Prefix warming (the paper's prefill splitting) pays only where the server caches prompt
 prefixes, and only whole KV blocks of them; and only on an accelerator (the device rule,
 :mod:`ayo_core.engines.device`). vLLM states its cache settings on ``/metrics``
 (``vllm:cache_config_info{enable_prefix_caching="True",block_size="32",...}``); they are
-read once per server. The device is asked of :mod:`~ayo_core.engines.device` each time
+read once per server. A server without ``/metrics`` (``transformers serve``, other
+OpenAI-compatible servers) says nothing, and the defaults apply; one whose ``/tokenize``
+answered 404 is noted (:func:`note_no_tokenize`) and never warmed, since warming needs its
+token ids. The device is asked of :mod:`~ayo_core.engines.device` each time
 (``$AYO_LLM_DEVICE`` may change between runs; the server probe itself is cached there).
 """
 
@@ -23,6 +26,7 @@ from ayo_core.engines.device import llm_device
 log = logging.getLogger(__name__)
 
 _cache_info: dict[str, tuple[bool | None, int | None]] = {}
+_without_tokenize: set[str] = set()  # roots whose /tokenize answered 404 (not vLLM: transformers serve, ...)
 _lock = threading.Lock()
 
 
@@ -40,6 +44,8 @@ class ServerCapabilities:
     device: str | None = None  # "cpu", "cuda", ...
     prefix_caching: bool | None = None
     block_size: int | None = None
+    # False once the server answered /tokenize with 404: prefix warming cannot know a token prefix there
+    tokenizes: bool | None = None
 
     @property
     def early_prefill_pays(self) -> bool:
@@ -61,7 +67,19 @@ async def server_capabilities(url: str) -> ServerCapabilities:
         known = await _fetch_cache_info(root)
         with _lock:
             _cache_info.setdefault(root, known)
-    return ServerCapabilities(root, await llm_device(root), *known)
+    with _lock:
+        tokenizes = False if root in _without_tokenize else None
+    return ServerCapabilities(root, await llm_device(root), *known, tokenizes=tokenizes)
+
+
+def note_no_tokenize(url: str) -> None:
+    """The server at ``url`` has no ``/tokenize`` (it answered 404): Ayo stops asking it for token prefixes."""
+    root = root_url(url)
+    with _lock:
+        known = root in _without_tokenize
+        _without_tokenize.add(root)
+    if not known:
+        log.info("LLM server at %s has no /tokenize: prefix warming is off there (answers are unchanged)", root)
 
 
 async def _fetch_cache_info(root: str) -> tuple[bool | None, int | None]:
@@ -94,5 +112,7 @@ def forget(url: str | None = None) -> None:
     with _lock:
         if url is None:
             _cache_info.clear()
+            _without_tokenize.clear()
         else:
             _cache_info.pop(root_url(url), None)
+            _without_tokenize.discard(root_url(url))

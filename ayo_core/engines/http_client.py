@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ import httpx
 # Below uvicorn's (vLLM's) 5 s keep-alive: a connection the server may already have closed is
 # never reused, because aiohttp does not resend a POST that met a closed connection.
 KEEPALIVE_S = 4.0
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 class _QuietConnector(aiohttp.TCPConnector):
@@ -69,7 +71,8 @@ class StreamingResponse:
         return await _guarded(self._raw.read())
 
     async def aiter_lines(self) -> AsyncIterator[str]:
-        """Lines without their ending (``\\n``, ``\\r\\n``), decoded as UTF-8 across chunk borders.
+        """Lines without their ending, decoded as UTF-8 across chunk borders. A line ends at
+        ``\\r\\n``, ``\\n`` or ``\\r``, as the OpenAI SDK's event decoder splits them (``bytes.splitlines``).
         Chunks are split here rather than by aiohttp's ``readline``, which caps a line's length."""
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         pending = ""
@@ -78,12 +81,15 @@ class StreamingResponse:
             if not chunk:
                 break
             pending += decoder.decode(chunk)
-            *lines, pending = pending.split("\n")
+            # a "\r" last may be the first half of a "\r\n" the next chunk completes
+            held = "\r" if pending.endswith("\r") else ""
+            *lines, pending = _LINE_END.split(pending[:-1] if held else pending)
+            pending += held
             for line in lines:
-                yield line[:-1] if line.endswith("\r") else line
-        pending += decoder.decode(b"", final=True)
-        if pending:
-            yield pending
+                yield line
+        lines = _LINE_END.split(pending + decoder.decode(b"", final=True))
+        for line in lines if lines[-1] else lines[:-1]:
+            yield line
 
 
 def _as_httpx_error(exc: BaseException) -> httpx.HTTPError:

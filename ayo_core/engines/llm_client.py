@@ -16,12 +16,15 @@ import logging
 import random
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from ayo_core.engines import capabilities
 from ayo_core.engines.http_client import AsyncHTTPClient
+from ayo_core.engines.sse import iter_sse
 from ayo_core.runtime.bridge import forget_closed_loops, per_loop_map
 
 log = logging.getLogger(__name__)
@@ -271,37 +274,47 @@ class LLMEngine:
                             raise self._status_error(op, resp.status_code, text)
                         retry_why, headers = f"HTTP {resp.status_code}", resp.headers
                     else:
-                        lines = resp.aiter_lines()
-                        async for line in lines:
-                            if not line.startswith("data:"):
-                                continue
-                            payload = line[5:].strip()
-                            if payload == "[DONE]":
-                                # Read the body's end too: a stream left unfinished drops its
-                                # connection (the server sees the client hang up) instead of reusing it.
-                                async for _rest in lines:
-                                    pass
-                                return
-                            yielded = True
-                            yield self._event(payload, op)
+                        async with aclosing(self._events(resp, op)) as events:
+                            async for event in events:
+                                yielded = True
+                                yield event
+                        return
             except httpx.HTTPError as exc:
                 if yielded or attempt >= max_retries:
                     raise self._transport_error(op, exc) from exc
                 retry_why = type(exc).__name__
-            if not retry_why:
-                # A stream that ends without [DONE] means the server went away mid-answer.
-                raise LLMEngineError(f"LLM engine {self.model!r} at {self.base_url} closed the stream of {op} "
-                                     "before it finished. Is the vLLM server still running?", self.base_url)
             await self._before_retry(op, attempt, retry_why, headers)
             attempt += 1
 
+    async def _events(self, resp: Any, op: str) -> AsyncIterator[dict[str, Any]]:
+        """The JSON events of an accepted stream, read as the OpenAI SDK reads them (see ``sse``).
+
+        The stream ends at ``data: [DONE]`` or, as for the SDK, at the end of the body (servers such
+        as ``transformers serve`` send no ``[DONE]``). A server that dies mid-answer still fails the
+        call: its body ends early (an unfinished chunked body), which is a transport error.
+        """
+        lines = resp.aiter_lines()
+        async with aclosing(iter_sse(lines)) as events:
+            async for sse in events:
+                if sse.data.startswith("[DONE]"):
+                    # Read the body's end too: a stream left unfinished drops its
+                    # connection (the server sees the client hang up) instead of reusing it.
+                    async for _rest in lines:
+                        pass
+                    return
+                if sse.data:  # an event without data (a named keep-alive) carries nothing: the spec drops it
+                    yield self._event(sse.data, op)
+
     def _event(self, payload: str, op: str) -> dict[str, Any]:
         try:
-            event: dict[str, Any] = json.loads(payload)
+            event = json.loads(payload)
         except ValueError as exc:
             raise LLMEngineError(f"LLM engine at {self.base_url} sent a malformed stream event in "
                                  f"{op}: {payload[:200]!r}", self.base_url) from exc
-        if "error" in event:
+        if not isinstance(event, dict):
+            raise LLMEngineError(f"LLM engine at {self.base_url} sent a stream event in {op} that is not a "
+                                 f"JSON object: {payload[:200]!r}", self.base_url)
+        if event.get("error"):  # an error event (``"error": null`` is none, as for the SDK)
             raise self._status_error(op, 500, payload)
         return event
 
@@ -431,7 +444,12 @@ class LLMEngine:
             body["messages"] = messages
         else:
             body["prompt"] = prompt
-        data = await self._post(self.root_url + "/tokenize", body, "POST /tokenize")
+        try:
+            data = await self._post(self.root_url + "/tokenize", body, "POST /tokenize")
+        except LLMRequestError as exc:
+            if exc.status_code == 404:  # not vLLM (transformers serve, ...): stop warming prefixes there
+                capabilities.note_no_tokenize(self.root_url)
+            raise
         return list(data["tokens"])
 
     async def detokenize(self, tokens: list[int]) -> str:

@@ -52,7 +52,7 @@ async def warm_budget(url: str, min_tokens: int = MIN_PREFILL_TOKENS) -> WarmBud
     """The :class:`WarmBudget` at the server ``url``; None: do not warm there (a CPU server, or
     its prefix cache is off)."""
     caps = await server_capabilities(url)
-    if not caps.early_prefill_pays or not caps.caches_prefixes:
+    if not caps.early_prefill_pays or not caps.caches_prefixes or caps.tokenizes is False:
         return None
     return WarmBudget(max(min_tokens, caps.block_size or 0), caps.block_size)
 
