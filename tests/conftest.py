@@ -38,3 +38,18 @@ def tools_llm_url(llm_url: str) -> str:
     """A server that speaks tool calls: ``AYO_TOOLS_LLM_URL`` if set, else the session's server (a
     server Ayo starts for the default model has tool calling on; an ``AYO_LLM_URL`` of yours may not)."""
     return os.environ.get("AYO_TOOLS_LLM_URL") or llm_url
+
+
+@pytest.fixture(scope="session")
+def transformers_llm_url() -> Iterator[str]:
+    """Base URL (``.../v1``) of ``transformers serve --continuous-batching`` with the prepared SmolLM2
+    (float32, served as ``SmolLM2-135M-Instruct``), started for the session: a second server
+    implementation, one without priority, /metrics, /tokenize, prefix-cache reset or ``[DONE]``."""
+    from ayo_core.models import llm_model_path
+    from tests.transformers_serve import ServeUnavailable, serve_transformers
+
+    try:
+        with serve_transformers(llm_model_path("float32")) as url:
+            yield url
+    except ServeUnavailable as exc:
+        pytest.skip(f"transformers serve cannot start here: {exc}")
