@@ -3,6 +3,7 @@
     ayo compare advanced_rag -n 10            # or python -m ayo_bench.compare (python -m benchmarks.compare in a checkout)
     ayo compare search_augmented --mode load --rate 0.5 -n 16
     ayo compare all
+    ayo compare advanced_rag --deployment a100-llama2-7b   # on an emulated deployment (ayo_bench.deployment)
 
 How numbers are made (DESIGN.md, "Benchmarks"): the engines start once (the vLLM
 server at ``$AYO_LLM_URL``, else one started by ``ayo_core.serve_llm``; the loopback
