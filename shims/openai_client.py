@@ -316,13 +316,19 @@ class _ShimBase:
         the usage event when the request asked for usage, else the finishing chunk (the engine always
         asks for usage)."""
         finish = result.finish_reason or "stop"
+        # Servers differ in how a stream ends; follow the one that answered when the engine saw it:
+        # transformers serve finishes on an empty chunk of its own that carries the usage too.
+        server_finish = getattr(result, "finish_event", None)
+        on_last_token = _carries_output(server_finish) if isinstance(server_finish, dict) else finish == "length"
         out = []
-        if held is not None and finish == "length":
+        if held is not None and on_last_token:
             last = {**held, "choices": [{**held["choices"][0], "finish_reason": finish}]}
         else:
             out += [held] if held is not None else []
             last = self._chunk(rid, created, payload, "", finish)
         extras = _server_extras(result)
+        if isinstance(server_finish, dict) and server_finish.get("usage"):
+            return [*out, {**last, "usage": _usage(result), **extras}]  # no usage chunk of its own
         with_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         out.append(last if with_usage else {**last, **extras})
         if with_usage:
@@ -384,6 +390,13 @@ def _parsed(kind: str, body: dict[str, Any]) -> Any:
 def _is_full_body(raw: Any, kind: str) -> bool:
     """``raw`` is a complete non-streamed response body of ``kind`` (not a stream's last event)."""
     return isinstance(raw, dict) and raw.get("object") == kind and bool(raw.get("choices"))
+
+
+def _carries_output(event: dict[str, Any]) -> bool:
+    """The server's finishing stream event also carries text or tool calls (vLLM's length cut does)."""
+    choice = (event.get("choices") or [{}])[0]
+    delta = choice.get("delta") or {}
+    return bool(choice.get("text") or delta.get("content") or delta.get("tool_calls"))
 
 
 def _server_extras(result: Any) -> dict[str, Any]:

@@ -74,6 +74,9 @@ class LLMResult:
     raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # last JSON body (logprobs...)
     # a chat answer's tool calls (OpenAI's shape); a stream's deltas merged by their index
     tool_calls: list[dict[str, Any]] | None = None
+    # a stream's event that carried the finish_reason, as the server sent it: servers differ in whether
+    # it also carries the last text (vLLM's length cut) and the usage (transformers serve)
+    finish_event: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 def merge_tool_call_deltas(calls: list[dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
@@ -365,7 +368,7 @@ class LLMEngine:
                             result.completion_tokens = len(parts)  # deltas: about one token each
                             return result
                     if choice.get("finish_reason"):
-                        result.finish_reason = choice["finish_reason"]
+                        result.finish_reason, result.finish_event = choice["finish_reason"], event
                 _usage_into(result, event.get("usage"))
                 result.raw = event
         finally:
