@@ -45,3 +45,10 @@ async def test_priority_is_dropped_once_and_no_vllm_endpoint_is_needed(transform
         assert await prefix_warming.warm_budget(transformers_llm_url) is None  # never warmed
     finally:
         capabilities.forget(transformers_llm_url)
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+async def test_both_length_fields_are_honoured(transformers_llm_url: str, field: str) -> None:
+    # LlamaIndex sends max_tokens, newer LangChain max_completion_tokens: Ayo passes either through as sent
+    result = await LLMEngine(transformers_llm_url).chat(QUESTION, **{field: 3})
+    assert (result.completion_tokens, result.finish_reason) == (3, "length")
