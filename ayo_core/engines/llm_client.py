@@ -4,7 +4,9 @@ One ``LLMEngine`` per server; every call is one HTTP request, so batching
 happens inside vLLM (continuous batching) and ordering through the per-request
 ``priority`` (the server runs ``--scheduling-policy priority``). Transport
 failures and timeouts become ``LLMEngineError`` naming the server, so a dead
-engine fails its pending calls instead of hanging them.
+engine fails its pending calls instead of hanging them. Other OpenAI-compatible servers
+(``transformers serve``) work too: streams are read as the OpenAI SDK reads them
+(:mod:`ayo_core.engines.sse`), and what vLLM adds (``priority``) is dropped where refused.
 """
 
 from __future__ import annotations
