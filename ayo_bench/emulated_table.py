@@ -67,9 +67,11 @@ def _row(app: str, label: str, d: dict[str, Any]) -> str:
     same = f"{s.get('identical_answers', '–')}/{s['n']}"
     bound = s.get("latency_over_bound_median")
     misses = f"{timed.get('misses_proxied', '–')}" if dep.get("timed_mode") == "replay" else "real engines"
+    pct = s.get("ayo_overhead_median_pct")
+    overhead = "–" if pct is None or pct != pct else f"{pct:.2f} %"  # none: no query ran on Ayo's runtime
     return (f"| {app} | {label} ({'emulated' if dep.get('emulated') else 'real, proxied'}) | {s['n']} | "
             f"{_s(s['stock_median_s'])} | {_s(s.get('ayo_median_s'))} | {_x(s.get('median_ratio'))} | {_ratio_ci(d)} | "
-            f"{same} | {_x(bound)} | {s.get('ayo_overhead_median_pct', float('nan')):.2f} % | {misses} | "
+            f"{same} | {_x(bound)} | {overhead} | {misses} | "
             f"`{dep['sha256'][:10]}` |")
 
 
