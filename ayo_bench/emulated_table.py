@@ -101,13 +101,18 @@ def render(folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def replace_block(path: Path, start: str, end: str, body: str) -> None:
+    """Put ``body`` between the markers ``start`` and ``end`` in ``path`` (the README's generated blocks)."""
+    text = path.read_text()
+    if start not in text or end not in text:
+        raise SystemExit(f"{path} has no {start} ... {end} markers: add them where the table goes")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{start}\n{body}{end}{tail}")
+
+
 def update(readme: Path, folder: Path) -> None:
-    text = readme.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{readme} has no {START} ... {END} markers: add them where the emulated table goes")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{render(folder)}{END}{tail}")
+    replace_block(readme, START, END, render(folder))
 
 
 def stale(readme: Path, folder: Path) -> bool:

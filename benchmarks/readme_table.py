@@ -272,12 +272,7 @@ def _rank(name: str) -> int:
 
 
 def update(path: Path, table: str) -> None:
-    text = path.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{path} has no {START} ... {END} markers: add them where the table goes")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{START}\n{table}\n{END}{tail}")
+    emulated_table.replace_block(path, START, END, f"{table}\n")
 
 
 def main(argv: list[str] | None = None) -> int:

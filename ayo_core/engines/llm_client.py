@@ -27,7 +27,7 @@ import httpx
 from ayo_core.engines import capabilities
 from ayo_core.engines.http_client import AsyncHTTPClient
 from ayo_core.engines.sse import iter_sse
-from ayo_core.runtime.bridge import forget_closed_loops, per_loop_map
+from ayo_core.runtime.bridge import for_this_loop, per_loop_map
 
 log = logging.getLogger(__name__)
 
@@ -174,13 +174,8 @@ class LLMEngine:
 
     def _client(self) -> AsyncHTTPClient:
         """This event loop's HTTP client (httpx's API over aiohttp: see ``http_client``)."""
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None or client.is_closed:
-            forget_closed_loops(self._clients)
-            client = AsyncHTTPClient(self.timeout, self.connect_timeout, self.max_connections)
-            self._clients[loop] = client
-        return client
+        return for_this_loop(self._clients, lambda: AsyncHTTPClient(self.timeout, self.connect_timeout,
+                                                                    self.max_connections), lambda c: c.is_closed)
 
     async def aclose(self) -> None:
         """Close this event loop's HTTP client (others close when their loop is collected)."""

@@ -39,7 +39,7 @@ import numpy as np
 from ayo_core.engines.embedding import EmbeddingStats, Kind
 from ayo_core.engines.http_client import AsyncHTTPClient
 from ayo_core.engines.llm_client import retry_delay
-from ayo_core.runtime.bridge import forget_closed_loops, per_loop_map
+from ayo_core.runtime.bridge import for_this_loop, per_loop_map
 
 log = logging.getLogger(__name__)
 
@@ -126,14 +126,12 @@ class RemoteEmbeddingEngine:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def _client(self) -> AsyncHTTPClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None or client.is_closed:
-            forget_closed_loops(self._clients)
+        def make() -> AsyncHTTPClient:
             client = AsyncHTTPClient(self.timeout, self.connect_timeout, self.max_connections)
             client.headers.update(self.headers)
-            self._clients[loop] = client
-        return client
+            return client
+
+        return for_this_loop(self._clients, make, lambda c: c.is_closed)
 
     def start(self, wait: bool = False) -> None:
         """Nothing to start (connections open on first use): here for ``EmbeddingEngine``'s interface."""

@@ -54,6 +54,18 @@ def forget_closed_loops(by_loop: MutableMapping[asyncio.AbstractEventLoop, Any])
         by_loop.pop(loop, None)
 
 
+def for_this_loop(per_loop: MutableMapping, make: Callable[[], T], stale: Callable[[T], bool] = lambda _: False) -> T:
+    """The running loop's entry of a per-loop map (:func:`per_loop_map`), made by ``make()`` when it has
+    none or its entry is ``stale`` (a closed client); closed loops' entries are dropped on the way."""
+    loop = asyncio.get_running_loop()
+    value = per_loop.get(loop)
+    if value is None or stale(value):
+        forget_closed_loops(per_loop)
+        value = make()
+        per_loop[loop] = value
+    return value
+
+
 def per_loop_map() -> weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]:
     """A mapping from event loop to per-loop state whose closed loops' entries go within ``SWEEP_S``.
 
