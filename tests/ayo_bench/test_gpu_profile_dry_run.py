@@ -25,6 +25,9 @@ def test_dry_run_writes_a_loadable_profile(tmp_path):
     profile = load_profile(tmp_path / "gpu-measured.json")
     assert profile.kind == "serving" and profile.llm.step_base > 0
     assert "profile_gpu.py" in profile.sources["llm.step_base"] and "CPU" in profile.sources["llm.step_base"]
+    assert "profile_gpu.py" in profile.sources["embed.per_token_s"] and profile.embed.max_batch == 256
+    assert profile.embed.batch_s(32, 32 * 64) > profile.embed.batch_s(1, 64) > 0
     comparison = json.loads((tmp_path / "comparison.json").read_text())
-    assert set(comparison) == {"a100-llama2-7b", "h100-llama2-7b"}
+    assert set(comparison) == {"a100-llama2-7b", "h100-llama2-7b", "a100-llama2-7b-embed", "h100-llama2-7b-embed"}
     assert all(row["measured_s"] > 0 and row["profile_s"] > 0 for row in comparison["a100-llama2-7b"])
+    assert all(row["measured_s"] > 0 and row["profile_s"] > 0 for row in comparison["h100-llama2-7b-embed"])
