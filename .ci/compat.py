@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 CORES = ("llama-index-core", "langchain-core")
 FRAMEWORK_PREFIXES = ("llama-index", "langchain", "langgraph")
 # setup.py's package_dir mappings: import name -> folder of the repository.
-MAPPED_PACKAGES = {"ayo_shims": "shims", "ayo_examples": "examples"}
+MAPPED_PACKAGES = {"ayo_shims": "shims/ayo_shims", "ayo_examples": "examples"}
 TEST_PATHS = ("tests/ayo_llamaindex", "tests/ayo_langchain", "tests/ayo_shims")
 TORCH_PIN = "torch==2.13.0"
 TEST_TIMEOUT_S = 3600

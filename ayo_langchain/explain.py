@@ -23,6 +23,7 @@ def explain(fast: Any) -> Explanation:
               f"  llm: {plan.llm!r}" + ("" if plan.llm else " (no ChatOpenAI/OpenAI with base_url: models run as-is)"),
               f"  embed: {plan.embed!r}" + ("" if plan.embed else " (no Chroma+HuggingFaceEmbeddings retriever)"),
               f"  routed models: {len(plan.routed)}"]
+    notes += [m.note() for m in walk(plan.root) if hasattr(m, "note")]  # what a lowering runs concurrently
     return explanation(f"Ayo plan for {fast.get_name()} (policy {plan.policy})", graph=fast.last_graph,
                        trace=fast.last_trace, modules=lowered_modules(plan.root),
                        opaque=list(plan.capturer.opaque), module_lines=[format_tree(plan.root, 1)], notes=notes)

@@ -30,7 +30,8 @@ object, with the reason in ``explain()``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,7 @@ from ayo_core.templates import Opaque, Transform, Warmup
 from ayo_langchain import capture as cap
 from ayo_langchain.callbacks import leaf_config, step_config
 from ayo_langchain.lower import COST, LOWERINGS, Lowerer
+from ayo_langchain.prefill import cache_kwargs, render_request
 from ayo_shims import langchain as shims
 from ayo_shims import langchain_history as hshims
 
@@ -343,13 +345,11 @@ def warm_answer_prompt(lw: Lowerer, m: HistoryAware, src: str) -> str | None:
     answer = answer_after(lw.plan.root, m)
     if answer is None or not lw.plan.prefill_split or lw.plan.routed.get(id(answer.model)) is None:
         return None
-    from ayo_langchain.prefill import _cache_kwargs, _render
-
     plan, prompt, model = lw.plan, answer.prompt, answer.model
     server = getattr(plan.llm, "root_url", None) or getattr(getattr(plan.llm, "engine", None), "root_url", None)
-    warmer = PromptWarmer(lambda values: _render(prompt.runnable, model.chat, model.model, values),
+    warmer = PromptWarmer(lambda values: render_request(prompt.runnable, model.chat, model.model, values),
                           {"base": "__base__"}, answer.late, server=server, min_tokens=plan.min_prefill_tokens,
-                          max_busy=plan.options.warmup_max_busy, request=_cache_kwargs(model.model))
+                          max_busy=plan.options.warmup_max_busy, request=cache_kwargs(model.model))
     no_history = m.condition.func  # the branch's own test: True when stock skips the rephrase
 
     async def warm(ctx: Any, base: Any) -> Any:
@@ -380,17 +380,14 @@ class StreamTwin:
     outer: tuple[Any, ...]
 
 
-def stream_twin(module: cap.Module, top_wrappers: tuple[Any, ...], options: Any, runtime: Any) -> StreamTwin | None:
+def stream_twin(module: cap.Module, top_wrappers: tuple[Any, ...], optimized: Callable[[Any], Any]) -> StreamTwin | None:
     """The :class:`StreamTwin` of a captured root ``History`` whose bindings (outermost first, the
-    runnable itself last) are ``top_wrappers``; None for any other root."""
-    import warnings
-
-    from ayo_langchain.runnable import OptimizedRunnable
-
+    runnable itself last) are ``top_wrappers``; None for any other root. ``optimized(chain)`` is the
+    optimized runnable of the user's chain (the caller's class and options)."""
     if not isinstance(module, History) or not module.listened:
         return None
     r = module.runnable
-    chain = OptimizedRunnable(module.listened[0].bound, options, runtime)
+    chain = optimized(module.listened[0].bound)
     with warnings.catch_warnings():  # the user was told once that the class is deprecated, not again here
         warnings.simplefilter("ignore")
         twin = RunnableWithMessageHistory(

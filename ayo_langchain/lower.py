@@ -292,25 +292,14 @@ def _calls(label: str, cost: float) -> Callable[..., str]:
     return lambda lw, m, src, cfg: lw._call_node(label, m, src, cfg, cost)
 
 
-def _retriever(name: str) -> Callable[..., str]:
-    """A retriever's lowering, from :mod:`ayo_langchain.retrieval` (imported when first met)."""
-
-    def lower(lw: Lowerer, m: cap.Module, src: str, cfg: RunnableConfig) -> str:
-        from ayo_langchain import retrieval
-
-        return getattr(retrieval, name)(lw, m, src, cfg)
-
-    return lower
-
-
 for _cls, _lower in ((cap.Sequence, Lowerer._lower_sequence), (cap.Parallel, Lowerer._lower_parallel),
                      (cap.Identity, lambda lw, m, src, cfg: src), (cap.Assign, Lowerer._lower_assign),
                      (cap.Lambda, Lowerer._lower_lambda), (cap.Branch, Lowerer._lower_branch),
                      (cap.Model, Lowerer._lower_model), (cap.Opaque, Lowerer._lower_opaque),
                      (cap.Prompt, _calls("prompt", COST["prompt"])), (cap.Parser, _calls("parser", COST["parser"])),
-                     (cap.Pick, _calls("pick", COST["parser"])), (cap.VectorRetriever, _retriever("lower_vector")),
-                     (cap.MultiQuery, _retriever("lower_multi_query")), (cap.Ensemble, _retriever("lower_ensemble"))):
+                     (cap.Pick, _calls("pick", COST["parser"]))):
     LOWERINGS.add(_cls, _lower)
+# the retrievers' lowerings are registered by ayo_langchain.retrieval, the chat history's by ayo_langchain.history
 
 
 def is_language_model(m: cap.Module) -> bool:

@@ -89,9 +89,9 @@ def early_inputs(lowerer: Any, prompt_step: cap.Module, model_step: cap.Model,
     kwargs = {f"early_{i}": k for i, k in enumerate(early_keys)}
     inputs = {kw: sources[k] for kw, k in kwargs.items()}
     root = getattr(plan.llm, "root_url", None) or getattr(getattr(plan.llm, "engine", None), "root_url", None)
-    warm = PromptWarmer(lambda values: _render(prompt_step.runnable, model_step.chat, model_step.model, values),
+    warm = PromptWarmer(lambda values: render_request(prompt_step.runnable, model_step.chat, model_step.model, values),
                         kwargs, late_keys, server=root, min_tokens=plan.min_prefill_tokens,
-                        max_busy=plan.options.warmup_max_busy, request=_cache_kwargs(model_step.model))
+                        max_busy=plan.options.warmup_max_busy, request=cache_kwargs(model_step.model))
     if plan.options.progressive_prefill and len(late_keys) == 1 and sources[late_keys[0]] in lowerer.progress:
         progress = lowerer.progress[sources[late_keys[0]]]
         # parts are (query, docs); docs not a list: a failed retrieval, the query is failing anyway
@@ -112,7 +112,7 @@ async def _replay(lam: Any, value: Any) -> Any:
     return await asyncio.to_thread(lam.func, value)
 
 
-def _cache_kwargs(model: Any) -> dict[str, Any]:
+def cache_kwargs(model: Any) -> dict[str, Any]:
     """Request fields that scope vLLM's prefix cache (``cache_salt``): a warm-up only helps under the same."""
     try:
         params = shims.model_default_params(model)
@@ -122,7 +122,7 @@ def _cache_kwargs(model: Any) -> dict[str, Any]:
     return {"cache_salt": salt} if salt else {}
 
 
-def _render(prompt: Any, chat: bool, model: Any, values: dict[str, Any]) -> dict[str, Any]:
+def render_request(prompt: Any, chat: bool, model: Any, values: dict[str, Any]) -> dict[str, Any]:
     """Tokenize arguments for the request ``model`` would send for ``prompt`` filled with ``values``."""
     pv = prompt.invoke(values)  # no config: these stand-in renders are not the user's runs
     if chat:

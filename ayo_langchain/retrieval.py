@@ -32,7 +32,7 @@ from ayo_core.templates import Aggregate, Opaque, StepRetrieval, Transform
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, reported, start_retriever_run, step_config
-from ayo_langchain.lower import COST, Lowerer, call_user
+from ayo_langchain.lower import COST, LOWERINGS, Lowerer, call_user
 
 Retrieve = Callable[[Any, Any], Awaitable[Any]]
 _MMR_KEYS = ("k", "fetch_k", "lambda_mult", "filter", "where_document")
@@ -259,3 +259,8 @@ def lower_ensemble(lw: Lowerer, m: cap.Ensemble, src: str, cfg: RunnableConfig) 
         return await reported(run, docs())
 
     return lw.build(Aggregate(fuse, m.label(), takes_ctx=True, cost=COST["parser"]), inputs, "ensemble_fuse")
+
+
+LOWERINGS.add(cap.VectorRetriever, lower_vector)
+LOWERINGS.add(cap.MultiQuery, lower_multi_query)
+LOWERINGS.add(cap.Ensemble, lower_ensemble)

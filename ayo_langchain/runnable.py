@@ -2,7 +2,9 @@
 
 Per input it opens the chain run (as ``RunnableSequence`` does, so callbacks, tags,
 metadata and run names behave), lowers the captured module tree into a primitive
-graph, optimizes it with the core passes and runs it on the runtime. All inputs of
+graph, optimizes it with the core passes and runs it on the runtime: the lifecycle is the core's
+:class:`~ayo_core.pipeline.OptimizedPipeline` (a call's graph is lowered for that call: its nodes
+close over the call's run managers and configs). All inputs of
 ``batch``/``abatch`` (and concurrent calls on one event loop) share one runtime, so
 the engine schedulers batch and prioritize across them. Async methods run on the
 caller's event loop, as stock does (the user's async objects stay on their loop);
@@ -19,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableSequence
@@ -34,10 +34,9 @@ from langchain_core.runnables.config import (
 )
 
 from ayo_core.graph import Graph
-from ayo_core.passes import optimize_graph
+from ayo_core.pipeline import OptimizedPipeline, Options
 from ayo_core.runtime import (
     LoopRuntimes,
-    NodeFailed,
     Runtime,
     SchedulerConfig,
     bridge,
@@ -45,35 +44,20 @@ from ayo_core.runtime import (
 )
 from ayo_core.runtime.batching import gather_batch
 from ayo_core.runtime.chunks import drain_while_running, merge_chunk
-from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import leaf_config, reported, start_chain_run, step_config
+from ayo_langchain.history import stream_twin
 from ayo_langchain.lower import SECONDS_PER_TOKEN, ChainCall, Lowerer, is_language_model
 from ayo_shims import langchain as shims
 from ayo_shims import openai_client, python_runtime
 
 log = logging.getLogger(__name__)
 DYNAMIC_CACHE = 256  # runnables met at run time whose capture is kept
+LLM_INFLIGHT = 128  # Options.llm_inflight's default here: LLM requests Ayo keeps at the server (vLLM batches them)
 # sync calls run the user's objects in the bridge loop's worker threads: daemon ones, so a user
 # thread still calling invoke after the main thread ended is served (see ayo_shims.python_runtime)
 bridge.use_executor(python_runtime.daemon_pool)
-
-
-@dataclass
-class Options:
-    """Knobs of :func:`ayo_langchain.optimize` (defaults are what the benchmarks use)."""
-
-    policy: str = "critical_path"
-    prefill_split: bool = True
-    min_prefill_tokens: int = 32  # below one KV block (vLLM CPU: --block-size 32) a prefill warms nothing
-    prefill_lead: float = 0.3  # split only when the late inputs are expected this many seconds after the early
-    progressive_prefill: bool = True  # warm the answer prompt as MultiQuery documents arrive
-    warmup_max_busy: int = 4  # no warm-up while this many LLM requests of the runtime are running
-    llm_inflight: int = 128  # LLM requests Ayo keeps at the server at once (vLLM batches them itself)
-    exact_embeddings: bool = False  # True: embed each query alone (bit-identical vectors, no cross-query batching)
-    passes: bool = True
-    timeout: float | None = None
 
 
 def routed_copy(model: Any) -> Any:
@@ -148,7 +132,7 @@ class Plan:
     def scheduler_configs(self) -> dict[str, SchedulerConfig]:
         # The LLM scheduler admits as many requests as stock would have in flight: vLLM batches
         # them (a small cap would shrink its batches) and orders them by the priority Ayo passes.
-        return {"llm": llm_config(self.options.llm_inflight)}
+        return {"llm": llm_config(self.options.llm_inflight or LLM_INFLIGHT)}
 
     @property
     def policy(self) -> str:
@@ -226,10 +210,17 @@ class OptimizedRunnable(Runnable):
     def __init__(self, runnable: Any, options: Options | None = None, runtime: Runtime | None = None) -> None:
         self.wrapped = runnable if isinstance(runnable, Runnable) else coerce_to_runnable(runnable)
         self.options = options or Options()
-        self.plan = Plan(self.wrapped, self.options, runtime)
+        self.pipeline: OptimizedPipeline[Plan] = OptimizedPipeline(
+            lambda: Plan(self.wrapped, self.options, runtime), _lower_call, self.options,
+            runtime=lambda: self.plan.runtime())
+        self.plan = self.pipeline.plan
         self.last_trace: Any = None
         self.last_traces: list[Any] = []
-        self.last_graph: Graph | None = None
+
+    @property
+    def last_graph(self) -> Graph | None:
+        """The primitive graph of the last call (lowered for it, optimized)."""
+        return self.pipeline.last_graph
 
     # ---- Runnable surface -----------------------------------------------------------
     def get_name(self, suffix: str | None = None, *, name: str | None = None) -> str:
@@ -323,9 +314,8 @@ class OptimizedRunnable(Runnable):
         """A root ``RunnableWithMessageHistory`` streams through stock's own stream around Ayo's chain
         (see :class:`ayo_langchain.history.StreamTwin`); None for any other root."""
         if not hasattr(self, "_twin"):
-            from ayo_langchain.history import stream_twin
-
-            self._twin = stream_twin(self.plan.root, self.plan.top_wrappers, self.options, self.plan.given_runtime)
+            self._twin = stream_twin(self.plan.root, self.plan.top_wrappers,
+                                     lambda chain: OptimizedRunnable(chain, self.options, self.plan.given_runtime))
         return self._twin
 
     def streams_as_is(self) -> bool:
@@ -343,7 +333,7 @@ class OptimizedRunnable(Runnable):
     def reports_own_run(self) -> bool:
         """The root module opens its run itself (a model, a retriever, a branch...): stock's
         ``llm.invoke(x)`` reports one chat-model run, so Ayo opens no chain run around it."""
-        return isinstance(self.plan.root, _SELF_REPORTING)
+        return isinstance(self.plan.root, _SELF_REPORTING) or getattr(self.plan.root, "opens_own_run", False)
 
     async def _query_run(self, input: Any, config: RunnableConfig, sync: bool, streaming: bool = False) -> ChainCall:
         """This call's run state: under a chain run Ayo opens, unless the root reports its own."""
@@ -366,25 +356,9 @@ class OptimizedRunnable(Runnable):
                                   max_concurrency=configs[0].get("max_concurrency"),
                                   return_exceptions=return_exceptions, first_in_order=sync)
 
-    def build_graph(self, run: ChainCall) -> Graph:
-        """The query's primitive graph (lowered and, unless disabled, optimized by the core passes)."""
-        t0 = time.perf_counter()
-        g = Graph()
-        g.input("input")
-        g.output(Lowerer(self.plan, run, graph=g).lower(self.plan.root, "input", run.cfg))
-        g.meta["overhead"] = {"build": time.perf_counter() - t0}
-        return optimize_graph(g) if self.options.passes else g
-
     async def _execute(self, input: Any, run: ChainCall) -> Any:
-        g = self.build_graph(run)
-        self.last_graph = g
-        try:
-            value, trace = await self.plan.runtime().run(g, {"input": input}, timeout=self.options.timeout)
-        except NodeFailed as failed:
-            # the user's own exception, as the stock chain raises it, with its own cause (the SDK
-            # error LangChain re-raised, carrying Ayo's note on the failed engine), not Ayo's wrapper
-            error = unwrap_node_failure(failed)
-            raise error from error.__cause__
+        # the pipeline raises a node's failure as the user's own exception (the stock chain's)
+        value, trace = await self.pipeline.run_traced({"input": input}, run)
         self.last_trace = trace
         self.last_traces = [*self.last_traces[-1023:], trace]  # this batch's traces (reset per call)
         return value
@@ -450,6 +424,14 @@ class OptimizedRunnable(Runnable):
         from ayo_langchain.explain import explain
 
         return explain(self)
+
+
+def _lower_call(plan: Plan, run: ChainCall) -> Graph:
+    """One call's primitive graph: the captured tree lowered for ``run`` (its configs and run managers)."""
+    g = Graph()
+    g.input("input")
+    g.output(Lowerer(plan, run, graph=g).lower(plan.root, "input", run.cfg))
+    return g
 
 
 def _bound_config(config: RunnableConfig | None, wrappers: tuple[Any, ...]) -> RunnableConfig:

@@ -26,12 +26,14 @@ log = logging.getLogger(__name__)
 __all__ = ["OptimizedFunction", "OptimizedQueryEngine", "OptimizedWorkflow", "optimize"]
 
 
-def optimize(target: Any, policy: str = "critical_path") -> Any:
+def optimize(target: Any, policy: str = "critical_path", *, options: Any = None) -> Any:
     """Return the optimized stand-in for a LlamaIndex query engine or a doc-QA function.
 
     ``policy`` names the engine schedulers' policy: ``critical_path`` (default),
-    ``depth`` or ``fifo``. Optimizing an already optimized object optimizes its stock
-    object again (same object back when the policy is the same).
+    ``depth``, ``fifo`` or ``program``. ``options``, an :class:`ayo_core.pipeline.Options` (the knobs both
+    adapters take), gives the policy instead, and for query engines the passes, timeout and
+    in-flight limit too. Optimizing an already optimized object optimizes its stock object again
+    (same object back when the policy is the same and no options are given).
     """
     from llama_index.core.base.base_query_engine import BaseQueryEngine
     from llama_index.core.chat_engine.types import BaseChatEngine
@@ -45,13 +47,17 @@ def optimize(target: Any, policy: str = "critical_path") -> Any:
 
     # a framework release that dropped an internal Ayo relies on fails here, naming it (once per process)
     verify(*shim.frameworks_in_use())
+    if options is not None:
+        policy = options.policy
     if isinstance(target, OptimizedQueryEngine | OptimizedFunction | OptimizedChatEngine):
         # wrapping our own stand-in again would only add a layer (and a thread hop) per query
-        return target if target._policy == policy else optimize(target.stock, policy=policy)
+        same = target._policy == policy and options is None
+        return target if same else optimize(target.stock, policy=policy, options=options)
     if isinstance(target, BaseQueryEngine):
-        from ayo_llamaindex.sub_question import optimize_composed  # SubQuestion / Router engines
+        from ayo_llamaindex.composed_engines import optimize_composed  # SubQuestion / Router engines
 
-        return optimize_composed(target, policy) or OptimizedQueryEngine(target, policy=policy)
+        return (optimize_composed(target, policy, options)
+                or OptimizedQueryEngine(target, policy=policy, options=options))
     if isinstance(target, BaseChatEngine):  # recognized modes are lowered; any other stays the user's
         return optimize_chat_engine(target, policy=policy)
     if (workflow := _optimize_workflow(target, policy)) is not None:

@@ -55,7 +55,7 @@ class PostprocessorPlan:
 @dataclass
 class SynthesizerPlan:
     obj: Any
-    mode: str | None  # compact | refine | tree_summarize | simple_summarize | None (opaque)
+    mode: str | None  # compact | refine | tree_summarize | simple_summarize | (compact_)accumulate | None (opaque)
     reason: str = ""
     llm: LLMBinding | None = None
 

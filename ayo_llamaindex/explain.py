@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ayo_core.explain import Explanation, explanation
+from ayo_llamaindex import accumulate
 from ayo_llamaindex.capture import QueryEnginePlan, describe
 
 __all__ = ["Explanation", "explain_call", "explain_query_engine", "lowered_modules"]
@@ -33,7 +34,7 @@ def speculation_lines(graph: Any) -> list[str]:
 def explain_query_engine(plan: QueryEnginePlan, graph: Any, trace: Any) -> Explanation:
     return explanation(f"Ayo plan for {type(plan.obj).__name__}", graph=graph, trace=trace,
                        modules=lowered_modules(plan), opaque=plan.opaque_modules(),
-                       module_lines=describe(plan), notes=speculation_lines(graph))
+                       module_lines=describe(plan), notes=speculation_lines(graph) + accumulate.explain_lines(plan, trace))
 
 
 def explain_call(module_lines: list[str], lowered: list[tuple[str, str]], notes: list[str], graph: Any,

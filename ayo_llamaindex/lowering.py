@@ -258,7 +258,7 @@ def synthesis_runner(plan: SynthesizerPlan, assign: EngineAssignment) -> Any:
     async def synthesize_text(ctx: Any, query_str: str, nodes: list) -> Any:
         send = llm_send(ctx, kind)
 
-        async def predict(template: Any, **kwargs: Any) -> str:
+        async def predict(template: Any, /, **kwargs: Any) -> str:  # kwargs may hold "template" (accumulate)
             return await llm.predict(send, template, **kwargs)
 
         return await synthesis.run_synthesis(synth, mode, query_str, synthesis.source_texts(nodes), predict)

@@ -1,11 +1,15 @@
-"""The drop-in query engine: ``optimize(query_engine)`` returns an ``OptimizedQueryEngine``."""
+"""The drop-in query engine: ``optimize(query_engine)`` returns an ``OptimizedQueryEngine``.
+
+A facade over the core's :class:`~ayo_core.pipeline.OptimizedPipeline`: the engine is captured,
+lowered and optimized once (one static shape, copied per query); this class keeps LlamaIndex's
+API (``query``/``aquery`` and their events and spans, the stock engine's other methods) and hops
+to the core's background loop, where every optimized LlamaIndex pipeline runs.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import time
 from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -14,20 +18,20 @@ from llama_index.core.callbacks import EventPayload
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ayo_core.graph import Graph
 from ayo_core.introspect import overridden
-from ayo_core.passes import optimize_graph
+from ayo_core.pipeline import OptimizedPipeline, Options
 from ayo_core.runtime.caller import CALLER_LOOP
-from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_llamaindex import events
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
-from ayo_llamaindex.runtime import LOOP, assign_engines, runtime_for
+from ayo_llamaindex.lowering import build_query_graph
+from ayo_llamaindex.runtime import LOOP, EngineAssignment, assign_engines, runtime_for
 from ayo_shims import llamaindex as shim
 
 # LlamaIndex's DispatcherSpanMixin opens a span around every override of a spanned base method; a
 # method that only delegates to a spanned one would open two (one SpanDropEvent more than stock)
 spanned_elsewhere = shim.mark_spanned_elsewhere
-_ids = itertools.count()
 
 
 def _bundle(query: str | QueryBundle) -> QueryBundle:
@@ -42,23 +46,34 @@ class OptimizedQueryEngine(BaseQueryEngine):
     stayed opaque; ``last_trace`` is the ``ayo_core.trace.Trace`` of the last query.
     """
 
-    def __init__(self, query_engine: BaseQueryEngine, policy: str = "critical_path") -> None:
-        t0 = time.perf_counter()
+    def __init__(self, query_engine: BaseQueryEngine, policy: str = "critical_path", options: Options | None = None) -> None:
         self._stock = query_engine
-        self._policy = policy
-        self._plan: QueryEnginePlan = capture_query_engine(query_engine)
-        self._assign = assign_engines(self._plan.llm_bindings(), self._plan.embed_bindings())
-        from ayo_llamaindex.lowering import build_query_graph
-
-        self._graph = build_query_graph(self._plan, self._assign)
-        self._graph.lint()
-        self._graph = optimize_graph(self._graph)
-        self._capture_s = time.perf_counter() - t0
-        self.last_trace: Any = None
+        self._options = options or Options(policy=policy)
+        self._policy = self._options.policy
+        self._pipeline = OptimizedPipeline(lambda: self.capture_plan(query_engine), self.build_graph, self._options,
+                                           runtime=self._runtime, static=True, query_prefix="li")
+        self._plan, self._assign = self._pipeline.plan
         # an engine defining query() itself (CustomQueryEngine) runs it whole: no query events of ours
         self._stock_query = self._plan.kind == "opaque" and bool(
             overridden(query_engine, BaseQueryEngine, ("query", "aquery")))
-        super().__init__(callback_manager=query_engine.callback_manager)
+        BaseQueryEngine.__init__(self, callback_manager=query_engine.callback_manager)
+
+    # -- what the pipeline is made of (a composed engine names its own) --------------------------
+    def capture_plan(self, query_engine: BaseQueryEngine) -> tuple[QueryEnginePlan, EngineAssignment]:
+        plan = capture_query_engine(query_engine)
+        return plan, assign_engines(plan.llm_bindings(), plan.embed_bindings())
+
+    @staticmethod
+    def build_graph(captured: tuple[Any, EngineAssignment], _call: Any) -> Graph:
+        return build_query_graph(*captured)
+
+    def _runtime(self) -> Any:
+        return runtime_for(self._assign, self._policy, self._options.llm_inflight)
+
+    @property
+    def last_trace(self) -> Any:
+        """The ``ayo_core.trace.Trace`` of the last query (None before the first)."""
+        return self._pipeline.last_trace
 
     @property
     def stock(self) -> BaseQueryEngine:
@@ -73,22 +88,14 @@ class OptimizedQueryEngine(BaseQueryEngine):
     @property
     def graph(self) -> Any:
         """The per-query primitive graph (a template: each query runs a copy)."""
-        return self._graph
+        return self._pipeline.template
 
     def _get_prompt_modules(self) -> PromptMixinType:
         return shim.prompt_modules(self._stock)
 
     async def _run(self, query_bundle: QueryBundle, caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
         CALLER_LOOP.set(caller_loop)  # this task's own context: opaque nodes take stock's async path in aquery
-        rt = runtime_for(self._assign, self._policy)
-        graph = self._graph.for_query(f"li{next(_ids)}")
-        graph.meta["overhead"] = {"capture": self._capture_s} if self.last_trace is None else {}
-        try:
-            value, trace = await rt.run(graph, {"query": query_bundle})
-        except Exception as exc:
-            raise unwrap_node_failure(exc) from None
-        self.last_trace = trace
-        return value
+        return await self._pipeline.run({"query": query_bundle})
 
     # query/aquery and the delegating API below are marked spanned_elsewhere: the span is the one
     # of the method they call (BaseQueryEngine.query, the stock engine's), not a second one
@@ -157,7 +164,7 @@ class OptimizedQueryEngine(BaseQueryEngine):
     def explain(self) -> explain_mod.Explanation:
         """Module graph, primitive graph, passes and optimizations that fired, what stayed opaque (and why);
         ``str()`` of the result is the human view."""
-        return explain_mod.explain_query_engine(self._plan, self._graph, self.last_trace)
+        return explain_mod.explain_query_engine(self._plan, self.graph, self.last_trace)
 
     def __repr__(self) -> str:
         return f"OptimizedQueryEngine({type(self._stock).__name__})"

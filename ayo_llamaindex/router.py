@@ -36,9 +36,9 @@ from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import LLMCall, Opaque, ToolCall
 from ayo_llamaindex import synthesis
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
+from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.runtime import EngineAssignment, llm_send
-from ayo_llamaindex.sub_question import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_shims import llamaindex_engines as eng
 
 # stock logs "Selecting query engine ..." on its own module's logger: so do we
@@ -186,7 +186,7 @@ def _combiner(plan: RouterPlan, assign: EngineAssignment) -> Any:
         source_nodes = [n for r in responses for n in r.source_nodes]
         send = llm_send(ctx, kind)
 
-        async def predict(template: Any, **kwargs: Any) -> str:
+        async def predict(template: Any, /, **kwargs: Any) -> str:  # kwargs may hold "template" (accumulate)
             return await summarizer.llm.predict(send, template, **kwargs)
 
         summary = await synthesis.run_synthesis(summarizer.obj, summarizer.mode, query.query_str,
@@ -211,7 +211,7 @@ class OptimizedRouterQueryEngine(ComposedQueryEngine):
         modules = [(type(self._stock).__name__, "QueryEngine")]
         if self._plan.selector_llm is not None:
             modules.append((selector, "LLMCall"))
-        return explanation(f"Ayo plan for {type(self._stock).__name__}", graph=self._graph, trace=self.last_trace,
+        return explanation(f"Ayo plan for {type(self._stock).__name__}", graph=self.graph, trace=self.last_trace,
                            modules=modules, opaque=self._plan.opaque_modules(), module_lines=lines)
 
     def __repr__(self) -> str:

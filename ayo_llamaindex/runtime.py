@@ -99,10 +99,11 @@ def embedding_engine(binding: EmbedBinding, overlap: bool = False) -> Any:
 LLM_INFLIGHT = 64  # LLM requests a LlamaIndex pipeline lets the engine batch at once
 
 
-def runtime_for(assignment: EngineAssignment, policy: str = "critical_path") -> Runtime:
+def runtime_for(assignment: EngineAssignment, policy: str = "critical_path", llm_inflight: int | None = None) -> Runtime:
     """The shared ``Runtime`` over exactly these engines on the running (bridge) loop: the core's
-    one per engine set and policy, whose schedulers LangChain chains on these engines share too."""
-    configs = {k: llm_config(LLM_INFLIGHT) for k in assignment.engines if k.startswith("llm")}
+    one per engine set and policy, whose schedulers LangChain chains on these engines share too
+    (``llm_inflight``: ``Options.llm_inflight``, None for :data:`LLM_INFLIGHT`)."""
+    configs = {k: llm_config(llm_inflight or LLM_INFLIGHT) for k in assignment.engines if k.startswith("llm")}
     return shared_runtime(assignment.engines, policy, configs=configs)
 
 

@@ -12,7 +12,7 @@ Every prompt is rendered by LlamaIndex's own code (the generator's prompt and ``
 ``LLMBinding.predict``); the final list is the generator's own output parser's (its errors, e.g.
 ``No valid JSON found in output``, are stock's); a streamed sub-question that the final parse does
 not confirm is answered again (or cancelled). Each tool's query engine runs as an
-:class:`~ayo_llamaindex.query_engine.OptimizedQueryEngine` on the same shared engine schedulers, so
+:class:`~ayo_llamaindex.composed.ToolQueryEngine` on the same shared engine schedulers, so
 the sub-answers' embeddings and decodes batch. A generator Ayo cannot reproduce (a subclass, another
 generator class, an LLM it does not recognize) runs as the user's object in one node; an engine
 subclass that overrides the control flow stays the user's object (see :func:`capture_sub_question`).
@@ -20,15 +20,11 @@ subclass that overrides the control flow stays the user's object (see :func:`cap
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.query_engine import SubQuestionQueryEngine
 from llama_index.core.query_engine.sub_question_query_engine import SubQuestionAnswerPair
@@ -41,40 +37,17 @@ from llama_index.core.utils import get_color_mapping, print_text
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
-from ayo_core.passes import optimize_graph
 from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import LLMCall, Opaque, Synthesis, SynthesisHooks, ToolCall
 from ayo_llamaindex import events, synthesis
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
+from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_llamaindex.llm import LLMBinding
-from ayo_llamaindex.query_engine import OptimizedQueryEngine
-from ayo_llamaindex.runtime import EngineAssignment, assign_engines, llm_send
+from ayo_llamaindex.runtime import EngineAssignment, llm_send
 from ayo_shims import llamaindex as shim
 from ayo_shims import llamaindex_engines as eng
 
 log = logging.getLogger(__name__)
-
-
-class ToolQueryEngine(OptimizedQueryEngine):
-    """A tool's query engine inside a composed engine's graph (SubQuestion, Router): its own optimized graph,
-    awaited on the loop the composed query already runs on (``aquery`` would hop to that same loop)."""
-
-    async def aquery_in_graph(self, question: str | QueryBundle) -> Any:
-        """``aquery(question)``: the same response and query events, run from a node of another graph."""
-        bundle = QueryBundle(question) if isinstance(question, str) else question
-        loop = asyncio.get_running_loop()
-        if self._stock_query:  # the stock engine's own query() emits its events inside the opaque node
-            return await self._run(bundle, loop)
-        with events.QueryCall(self, question).span() as done:  # BaseQueryEngine.aquery's events
-            with self._query_event(bundle) as event:
-                response = await self._run(bundle, loop)
-                event.on_end(payload={EventPayload.RESPONSE: response})
-            return done(response)
-
-
-def tool_engine(query_engine: Any, policy: str) -> ToolQueryEngine:
-    stock = query_engine.stock if isinstance(query_engine, OptimizedQueryEngine) else query_engine
-    return ToolQueryEngine(stock, policy)
 
 
 @dataclass
@@ -288,28 +261,6 @@ def _lower_synthesis(g: Graph, plan: SubQuestionPlan, assign: EngineAssignment, 
         g, "synthesize", {"query": "query", "pairs": answers})
 
 
-class ComposedQueryEngine(OptimizedQueryEngine):
-    """A query engine that composes others (SubQuestion, Router) run as one Ayo graph: the constructor
-    both share; a subclass names its ``capture`` and ``build`` functions."""
-
-    capture: Callable[[Any, str], Any]
-    build: Callable[[Any, EngineAssignment], Graph]
-
-    def __init__(self, query_engine: Any, policy: str = "critical_path") -> None:
-        t0 = time.perf_counter()
-        self._stock = query_engine
-        self._policy = policy
-        self._plan = type(self).capture(query_engine, policy)
-        self._assign = assign_engines(self._plan.llm_bindings(), [])
-        graph = type(self).build(self._plan, self._assign)
-        graph.lint()
-        self._graph = optimize_graph(graph)
-        self._capture_s = time.perf_counter() - t0
-        self.last_trace: Any = None
-        self._stock_query = False
-        BaseQueryEngine.__init__(self, callback_manager=query_engine.callback_manager)
-
-
 class OptimizedSubQuestionQueryEngine(ComposedQueryEngine):
     """A ``SubQuestionQueryEngine`` run as an Ayo graph: same ``query``/``aquery`` results (text, source
     nodes, the ``SUB_QUESTION`` events' answer pairs), sub-answers started while the generator writes."""
@@ -329,29 +280,8 @@ class OptimizedSubQuestionQueryEngine(ComposedQueryEngine):
             modules.append((type(self._plan.parts["question_gen"]).__name__, "LLMCall(parts)"))
         if self._plan.synthesizer.mode is not None:
             modules.append((type(self._plan.synthesizer.obj).__name__, self._plan.synthesizer.template))
-        return explanation(f"Ayo plan for {type(self._stock).__name__}", graph=self._graph, trace=self.last_trace,
+        return explanation(f"Ayo plan for {type(self._stock).__name__}", graph=self.graph, trace=self.last_trace,
                            modules=modules, opaque=self._plan.opaque_modules(), module_lines=lines)
 
     def __repr__(self) -> str:
         return f"OptimizedSubQuestionQueryEngine({type(self._stock).__name__})"
-
-
-def optimize_composed(target: Any, policy: str) -> Any | None:
-    """The optimized stand-in for a ``SubQuestionQueryEngine`` or ``RouterQueryEngine``; None for other
-    engines. A subclass that overrides their control flow runs as the user's object (in one opaque
-    node, with a warning that says why)."""
-    from llama_index.core.query_engine import RouterQueryEngine
-
-    from ayo_llamaindex import router
-
-    if isinstance(target, SubQuestionQueryEngine):
-        reason, build = not_lowered_reason(target), OptimizedSubQuestionQueryEngine
-    elif isinstance(target, RouterQueryEngine):
-        reason, build = router.not_lowered_reason(target), router.OptimizedRouterQueryEngine
-    else:
-        return None
-    if reason is not None:
-        log.warning("ayo_llamaindex.optimize: %s runs as the user's object (one opaque node, unoptimized): %s",
-                    type(target).__name__, reason)
-        return OptimizedQueryEngine(target, policy=policy)
-    return build(target, policy=policy)

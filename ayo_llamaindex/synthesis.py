@@ -29,7 +29,7 @@ from llama_index.core.response_synthesizers.base import BaseSynthesizer
 
 from ayo_core.introspect import overrides_reason
 from ayo_core.runtime import bridge
-from ayo_llamaindex import events
+from ayo_llamaindex import accumulate, events
 from ayo_shims import llamaindex as shim
 
 PredictFn = Callable[..., Awaitable[str]]
@@ -47,10 +47,10 @@ def synthesis_mode(synth: Any) -> tuple[str | None, str]:
     """``(mode, "")`` when Ayo mirrors this synthesizer, else ``(None, reason)``."""
     if not isinstance(synth, BaseSynthesizer):
         return None, f"{type(synth).__name__} is not a LlamaIndex synthesizer"
-    # most specific first: CompactAndRefine is a Refine
-    for cls in (CompactAndRefine, Refine, TreeSummarize, SimpleSummarize):
+    # most specific first: CompactAndRefine is a Refine, CompactAndAccumulate an Accumulate
+    for cls in (CompactAndRefine, Refine, TreeSummarize, SimpleSummarize, *accumulate.MODE_OF):
         if isinstance(synth, cls):
-            if over := overrides_reason(synth, cls, _MIRRORED[cls]):
+            if over := overrides_reason(synth, cls, _MIRRORED.get(cls) or accumulate.MIRRORED[cls]):
                 return None, over
             break
     else:
@@ -68,7 +68,7 @@ def synthesis_mode(synth: Any) -> tuple[str | None, str]:
             return None, "structured_answer_filtering=True"
         if not shim.has_default_program_factory(synth):
             return None, "a custom program_factory"
-    return MODE_OF[cls], ""
+    return MODE_OF.get(cls) or accumulate.MODE_OF[cls], ""
 
 
 def source_texts(nodes: Sequence[Any]) -> list[str]:
@@ -90,7 +90,10 @@ async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str]
         return await tree_summarize(synth, query_str, chunks, predict)
     if mode == "simple_summarize":
         return await simple_summarize(synth, query_str, chunks, predict)
-    raise ValueError(f"unknown synthesis mode {mode!r}: use compact, refine, tree_summarize or simple_summarize")
+    if mode in accumulate.MODES:
+        return await accumulate.accumulate(synth, mode, query_str, chunks, predict)
+    raise ValueError(f"unknown synthesis mode {mode!r}: use compact, refine, tree_summarize, simple_summarize, "
+                     "accumulate or compact_accumulate")
 
 
 def repack(synth: BaseSynthesizer, prompt: Any, chunks: Sequence[str]) -> list[str]:

@@ -7,7 +7,7 @@ query embedding, retrieval, reranking and synthesis go through the shared engine
 workflow's own loop, so the sub-queries of concurrent step invocations batch with each other and
 with the steps' direct model calls. The response and the query's events are those of
 ``optimize(query_engine).aquery(q)`` (identical to stock's; see
-:class:`~ayo_llamaindex.sub_question.ToolQueryEngine`; a ``SubQuestionQueryEngine`` or
+:class:`~ayo_llamaindex.composed.ToolQueryEngine`; a ``SubQuestionQueryEngine`` or
 ``RouterQueryEngine`` runs as its own composed graph, sub-questions started from the generator's
 stream); a retrieval's nodes and events are stock
 ``aretrieve``'s, with the query embedded by Ayo's embedding engine (batched across the concurrent
@@ -34,8 +34,9 @@ from ayo_core.passes import optimize_graph
 from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_llamaindex.capture import QueryEnginePlan, capture_retriever
+from ayo_llamaindex.composed import ToolQueryEngine, tool_engine
+from ayo_llamaindex.composed_engines import optimize_composed
 from ayo_llamaindex.runtime import EngineAssignment, assign_engines, runtime_for
-from ayo_llamaindex.sub_question import ToolQueryEngine, tool_engine
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +125,6 @@ class StepQueryEngines:
             return None
 
     def _capture(self, engine: Any) -> Any:
-        from ayo_llamaindex.sub_question import optimize_composed
-
         name = type(engine).__name__
         try:  # a SubQuestion / Router engine: its own composed graph; any other: the query engine's
             tool = optimize_composed(engine, self._policy) or tool_engine(engine, self._policy)

@@ -1,4 +1,4 @@
-"""The five example apps, installed as ``ayo_examples`` (setup.py maps this folder, as ``shims/``).
+"""The five example apps, installed as ``ayo_examples`` (setup.py maps this folder).
 
 Each app (``naive_rag``, ``advanced_rag``, ``search_augmented``, ``contextual_retrieval``,
 ``agent``) is plain stock LlamaIndex / LangChain code plus one ``optimize(...)`` line. Beside

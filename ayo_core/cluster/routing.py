@@ -1,18 +1,12 @@
-"""Routing across LLM replicas, and the program-level engine-scheduler policy.
+"""Routing across LLM replicas.
 
-Two decisions, two places:
-
-- **Which replica** serves a request: a :class:`Router` chosen by name
-  (``round_robin``, ``least_outstanding``, ``prefix_affinity``). Routers are pure
-  bookkeeping over :class:`ReplicaLoad` snapshots: no I/O, no Ray, so the
-  simulator and the real cluster engine run the very same code.
-- **In which order** waiting requests are served: the engine scheduler's policy.
-  :class:`ProgramPolicy` (``program``) ranks a request by the service its *query*
-  has already received (least attained service first, the program-level
-  scheduling of workflow-aware LLM schedulers), then by its slack on the query's
-  critical path, so a short query is not stuck behind a long one under load.
-  The cluster engine also orders each replica's admission queue by the
-  resulting priority.
+**Which replica** serves a request: a :class:`Router` chosen by name
+(``round_robin``, ``least_outstanding``, ``prefix_affinity``). Routers are pure
+bookkeeping over :class:`ReplicaLoad` snapshots: no I/O, no Ray, so the
+simulator and the real cluster engine run the very same code. **In which order**
+waiting requests are served is the engine scheduler's policy
+(:mod:`ayo_core.runtime.policies`, ``program`` among them); the cluster engine
+also orders each replica's admission queue by the resulting priority.
 """
 
 from __future__ import annotations
@@ -23,10 +17,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from ayo_core.runtime.engine_scheduler import EngineRequest
+from typing import Any, Protocol
 
 # Prefix blocks: vLLM caches whole token blocks (32 tokens here); text is hashed in blocks of
 # characters of about that many tokens, token-id prompts in blocks of 32 ids.
@@ -172,43 +163,3 @@ def get_router(router: str | Router) -> Router:
         return ROUTERS[router]()
     except KeyError:
         raise ValueError(f"unknown replica router {router!r}; valid routers: {', '.join(ROUTERS)}") from None
-
-
-# Slack weighs a tenth of attained service: service received decides, the critical path breaks ties.
-SLACK_WEIGHT = 0.1
-
-
-def attained_service(req: EngineRequest) -> float:
-    """Engine seconds the request's query has received so far (from its trace).
-
-    Summed incrementally: a trace only grows, so the sum is cached on the trace with the
-    number of calls it covers (the policy ranks every waiting request at every step).
-    """
-    trace = req.trace
-    if trace is None:
-        return 0.0
-    calls = trace.engine_calls
-    done, total = getattr(trace, "_ayo_attained", (0, 0.0))
-    if done > len(calls):
-        done, total = 0, 0.0
-    for c in calls[done:]:
-        total += c.end - c.start
-    trace._ayo_attained = (len(calls), total)  # type: ignore[attr-defined]  # our own cache on our own Trace
-    return total
-
-
-class ProgramPolicy:
-    """``program``: least attained service per *query* first, then least critical-path slack.
-
-    A query that has already received much engine time (a long agent loop, a tree summary)
-    yields to queries that received little, so short queries finish first under load
-    without starving anyone forever (a waiting query attains nothing, a running one does).
-    """
-
-    name = "program"
-
-    def key(self, req: EngineRequest) -> tuple:
-        return (round(attained_service(req), 3), round(req.slack, 6), req.query_start, req.seq)
-
-    def priority(self, req: EngineRequest) -> int:
-        return int(1000 * (attained_service(req) + SLACK_WEIGHT * req.slack))  # ms: vLLM wants an int

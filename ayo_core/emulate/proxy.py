@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ayo_core.emulate import shapes
-from ayo_core.emulate.recording import Recording, exact_key
+from ayo_core.emulate.recording import Recording, exact_key, without_delivery
 
 if TYPE_CHECKING:
     from ayo_core.emulate.server import Emulator
@@ -33,9 +33,7 @@ async def record_model_request(em: Emulator, path: str, body: dict[str, Any], ke
     if resp.status_code != 200:
         payload = json.loads(await resp.aread() or b"{}")
         await resp.aclose()
-        from ayo_core.emulate.server import _without_delivery
-
-        em.store.add_exact(exact_key(path, _without_delivery(body)), resp.status_code, payload)
+        em.store.add_exact(exact_key(path, without_delivery(body)), resp.status_code, payload)
         return JSONResponse(payload, status_code=resp.status_code)
     state = _Capture()
     if body.get("stream"):

@@ -31,6 +31,11 @@ DELIVERY_FIELDS = frozenset({"stream", "stream_options", "max_tokens", "max_comp
                              "user", "request_id", "store", "metadata"})
 
 
+def without_delivery(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without its delivery fields (what an exact request is keyed by)."""
+    return {k: v for k, v in body.items() if k not in DELIVERY_FIELDS}
+
+
 def request_key(path: str, body: dict[str, Any]) -> str:
     """The key of a model request: endpoint and body without its delivery fields."""
     content = {k: v for k, v in body.items() if k not in DELIVERY_FIELDS}

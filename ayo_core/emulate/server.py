@@ -32,7 +32,8 @@ from ayo_core.emulate import shapes
 from ayo_core.emulate.devices import EmbeddingDevice, HostedEngine
 from ayo_core.emulate.embeddings import EmbeddingBackend, embeddings_response, parse_embedding_request
 from ayo_core.emulate.profile import Profile
-from ayo_core.emulate.recording import Recording, RecordStore, exact_key, request_key
+from ayo_core.emulate.proxy import record_model_request
+from ayo_core.emulate.recording import Recording, RecordStore, exact_key, request_key, without_delivery
 from ayo_core.emulate.step_engine import StepEngine
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class Emulator:
         if self.mode == "replay" and rec is not None and rec.covers(limit):
             self.counts["replayed"] += 1
             return await self._replay(path, body, rec, limit, request)
-        exact = self.store.exact.get(exact_key(path, _without_delivery(body)))
+        exact = self.store.exact.get(exact_key(path, without_delivery(body)))
         if self.mode == "replay" and exact is not None:  # an error the real server gave this request
             return JSONResponse(exact[1], status_code=exact[0])
         if self.mode == "replay":
@@ -156,8 +157,6 @@ class Emulator:
             task.cancel()  # a client that hung up (an early stop) frees its sequence at the next step
 
     async def _record(self, path: str, body: dict[str, Any], key: str) -> Response:
-        from ayo_core.emulate.proxy import record_model_request
-
         return await record_model_request(self, path, body, key)
 
     # ---- other endpoints -----------------------------------------------------------------------
@@ -225,12 +224,6 @@ async def _next_token(produced: asyncio.Queue, task: asyncio.Task) -> int:
 
 def _created_cache(rec: Recording, cached: int) -> int | None:
     return (rec.prompt_tokens - cached) or None
-
-
-def _without_delivery(body: dict[str, Any]) -> dict[str, Any]:
-    from ayo_core.emulate.recording import DELIVERY_FIELDS
-
-    return {k: v for k, v in body.items() if k not in DELIVERY_FIELDS}
 
 
 def _first_text(body: dict[str, Any]) -> str:

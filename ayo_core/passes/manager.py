@@ -33,7 +33,7 @@ def _name(p: Pass) -> str:
 
 
 def resolve_passes(passes: Sequence[Pass | str] | None) -> list[Pass]:
-    """``passes`` as functions; None: ``$AYO_PASSES`` (comma-separated names, "" for none) or all four."""
+    """``passes`` as functions; None: ``$AYO_PASSES`` (comma-separated names, "" for none) or all five."""
     if passes is None:
         env = os.environ.get("AYO_PASSES")
         if env is None:
@@ -50,7 +50,7 @@ def resolve_passes(passes: Sequence[Pass | str] | None) -> list[Pass]:
 
 
 def optimize_graph(g: Graph, passes: Sequence[Pass | str] | None = None, debug: bool = False) -> Graph:
-    """Run ``passes`` (default: all four, in order) on ``g``; return the optimized graph.
+    """Run ``passes`` (default: all five, in order) on ``g``; return the optimized graph.
 
     The result's ``meta["passes"]`` lists ``(pass name, changed)``; its
     ``meta["overhead"]["passes"]`` adds the seconds spent. With ``debug`` the

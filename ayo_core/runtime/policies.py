@@ -14,6 +14,9 @@ the query's critical path, and when the query started.
 - ``critical_path``: least slack first (a node on its query's critical path
   has slack 0), then older queries first; slack comes from estimated costs
   refined by measured durations (:class:`CostModel`).
+- ``program``: least attained service per *query* first (the program-level
+  scheduling of workflow-aware LLM schedulers), then least slack, so a short
+  query is not stuck behind a long one under load (:class:`ProgramPolicy`).
 """
 
 from __future__ import annotations
@@ -65,14 +68,48 @@ class CriticalPathPolicy:
         return int(req.slack * 1000)  # milliseconds of slack: vLLM wants an int
 
 
-def _program_policy() -> Policy:
-    from ayo_core.cluster.routing import ProgramPolicy  # program-level scheduling (least attained service)
+# Slack weighs a tenth of attained service: service received decides, the critical path breaks ties.
+SLACK_WEIGHT = 0.1
 
-    return ProgramPolicy()
+
+def attained_service(req: EngineRequest) -> float:
+    """Engine seconds the request's query has received so far (from its trace).
+
+    Summed incrementally: a trace only grows, so the sum is cached on the trace with the
+    number of calls it covers (the policy ranks every waiting request at every step).
+    """
+    trace = req.trace
+    if trace is None:
+        return 0.0
+    calls = trace.engine_calls
+    done, total = getattr(trace, "_ayo_attained", (0, 0.0))
+    if done > len(calls):
+        done, total = 0, 0.0
+    for c in calls[done:]:
+        total += c.end - c.start
+    trace._ayo_attained = (len(calls), total)  # type: ignore[attr-defined]  # our own cache on our own Trace
+    return total
+
+
+class ProgramPolicy:
+    """``program``: least attained service per *query* first, then least critical-path slack.
+
+    A query that has already received much engine time (a long agent loop, a tree summary)
+    yields to queries that received little, so short queries finish first under load
+    without starving anyone forever (a waiting query attains nothing, a running one does).
+    """
+
+    name = "program"
+
+    def key(self, req: EngineRequest) -> tuple:
+        return (round(attained_service(req), 3), round(req.slack, 6), req.query_start, req.seq)
+
+    def priority(self, req: EngineRequest) -> int:
+        return int(1000 * (attained_service(req) + SLACK_WEIGHT * req.slack))  # ms: vLLM wants an int
 
 
 POLICIES: dict[str, Any] = {"fifo": FifoPolicy, "depth": DepthPolicy, "critical_path": CriticalPathPolicy,
-                            "program": _program_policy}
+                            "program": ProgramPolicy}
 
 
 def get_policy(policy: str | Policy) -> Policy:

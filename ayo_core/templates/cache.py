@@ -62,6 +62,12 @@ class ShapeCache:
         g.meta["overhead"] = {"build": t1 - t0, "passes": t2 - t1}
         return g
 
+    def template(self, key: Hashable, build: Callable[[], Graph]) -> Graph:
+        """The cached optimized graph of ``key`` itself (built on a miss): the shape, not a query's copy."""
+        if key not in self._graphs:
+            self.get(key, build, "template")
+        return self._graphs[key]
+
     def clear(self) -> None:
         self._graphs.clear()
 

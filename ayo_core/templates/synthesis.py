@@ -8,6 +8,9 @@ Each mode decomposes into local packing plus LLM calls:
 - ``tree_summarize``: one call per packed context (independent), then the
   summaries are packed and summarised again until one answer remains; the
   upper levels are added at run time (``Expand``), as many as the data needs.
+- ``accumulate``: one call per packed context (independent, all in flight at
+  once), the answers joined by ``join(answers) -> text`` (LlamaIndex's
+  ``accumulate`` / ``compact_accumulate``: the adapter's pack decides which).
 
 The refine chain is built for ``n_steps`` contexts (its expected count) and
 grows with ``Expand`` when more arrive. Hooks (from the adapter, using the
@@ -28,8 +31,9 @@ from ayo_core.runtime.context import Expand
 from ayo_core.templates.base import Rendered, Template, add_entry, call_llm, hit_text, maybe_await, prefill_prefix
 from ayo_core.templates.bound import SynthesisHooks, build_synthesis
 
-MODES = ("simple", "compact", "refine", "tree_summarize")
-ALIASES = {"tree": "tree_summarize", "simple_summarize": "simple"}  # LlamaIndex's response_mode names
+MODES = ("simple", "compact", "refine", "tree_summarize", "accumulate")
+# LlamaIndex's response_mode names
+ALIASES = {"tree": "tree_summarize", "simple_summarize": "simple", "compact_accumulate": "accumulate"}
 MAX_TREE_LEVELS = 12
 
 
@@ -47,7 +51,7 @@ def greedy_pack(texts: list[str], max_chars: int = 4000, sep: str = "\n\n") -> l
 def _default_pack(mode: str) -> Callable[[str, list[str]], list[str]]:
     if mode == "simple":
         return lambda question, texts: ["\n\n".join(texts)]
-    if mode == "refine":
+    if mode in ("refine", "accumulate"):
         return lambda question, texts: list(texts)
     return lambda question, texts: greedy_pack(texts)
 
@@ -159,6 +163,28 @@ class _Summary:
         return await self.hooks.llm(ctx, render(question=question, context=context))
 
 
+class _Answer:
+    """One independent QA call over one context (accumulate)."""
+
+    def __init__(self, hooks: _Hooks):
+        self.hooks = hooks
+
+    async def __call__(self, ctx: Any, question: str, context: str) -> str:
+        return await self.hooks.llm(ctx, self.hooks.syn.render_qa(question=question, context=context))
+
+
+def _numbered_join(answers: list[str]) -> str:
+    return "\n\n".join(f"Response {i + 1}: {a}" for i, a in enumerate(answers))
+
+
+class _Join:
+    def __init__(self, join: Callable[[list[str]], str]):
+        self.join = join
+
+    def __call__(self, ctx: Any, answers: list[str]) -> str:
+        return self.join(list(answers))
+
+
 class Synthesis(Template):
     """Response synthesis. Inputs: ``question``, ``chunks`` (hits or texts). Value: the answer text.
 
@@ -175,7 +201,8 @@ class Synthesis(Template):
                  prefix_qa: Callable[..., Rendered | None] | None = None,
                  prefix_refine: Callable[..., Rendered | None] | None = None, max_tokens: int = 256,
                  parse: Callable[[str], str] | None = None, llm_kwargs: Mapping[str, Any] | None = None,
-                 call: Callable[..., Any] | None = None, hooks: SynthesisHooks | None = None):
+                 call: Callable[..., Any] | None = None, hooks: SynthesisHooks | None = None,
+                 join: Callable[[list[str]], str] | None = None):
         super().__init__(module)
         self.mode_label, self.hooks = mode, hooks  # the mode as the adapter named it (graph meta)
         mode = ALIASES.get(mode, mode)
@@ -191,6 +218,7 @@ class Synthesis(Template):
         self.n_steps = max(1, n_steps or 1)
         self.prefix_qa, self.prefix_refine = prefix_qa, prefix_refine
         self.max_tokens, self.parse, self.llm_kwargs, self.call = max_tokens, parse, llm_kwargs, call
+        self.join = join or _numbered_join
 
     def shape(self) -> Hashable:
         return ("Synthesis", self.mode, self.n_steps if self.mode in ("compact", "refine") else None)
@@ -200,6 +228,8 @@ class Synthesis(Template):
             return build_synthesis(self, self.hooks, g, name, inputs, after)
         self._require(inputs, "question", "chunks")
         hooks = _Hooks(self)
+        if self.mode == "accumulate":
+            return self._accumulate(g, name, inputs, hooks, after)
         if self.mode == "tree_summarize":
             nodes = self.tree_level(name, self.module, inputs, hooks, 0)
             add_entry(g, nodes[0], after)
@@ -220,6 +250,19 @@ class Synthesis(Template):
             prefix = self.prefix_qa if i == 0 else self.prefix_refine if i == 1 else None
             g.add(self._decode(step, _RefineStep(hooks, name, i, step == name), ins, prefix))
             prev = step
+        return name
+
+    def _accumulate(self, g: Graph, name: str, inputs: Mapping[str, str], hooks: _Hooks, after: Iterable[str]) -> str:
+        """pack -> one answer per pack (per part: all in flight at once) -> join (the value, named ``name``)."""
+        pure = {"resources": frozenset()}
+        packs = add_entry(g, Node(f"{name}.pack", Op.TRANSFORM, fn=_Pack(self.pack),
+                                  inputs={"question": inputs["question"], "chunks": inputs["chunks"]},
+                                  module=self.module, meta=pure), after)
+        leaf = self._decode(f"{name}.answer", _Answer(hooks), {"question": inputs["question"], "context": packs},
+                            self.prefix_qa).with_meta(per_part="context")
+        g.add(leaf)
+        g.add(Node(name, Op.TRANSFORM, fn=_Join(self.join), inputs={"answers": leaf.name}, module=self.module,
+                   meta=pure))
         return name
 
     def tree_level(self, root: str, module: str, inputs: Mapping[str, str], hooks: _Hooks, level: int) -> list[Node]:

@@ -131,6 +131,8 @@ CHUNKS = [f"chunk {i} " + "word " * 20 for i in range(7)]
     ("refine", {"n_steps": 10}, 7),  # extra planned steps pass the answer through
     ("compact", {"pack": lambda q, texts: greedy_pack(texts, 300)}, 4),  # 2 chunks per context
     ("tree_summarize", {"pack": lambda q, texts: greedy_pack(texts, 300)}, 5),  # 4 leaves + 1 root
+    ("accumulate", {}, 7),  # one independent call per chunk
+    ("compact_accumulate", {"pack": lambda q, texts: greedy_pack(texts, 300)}, 4),  # one per packed context
 ])
 async def test_synthesis_modes(vclock, mode, kw, llm_calls):
     g = synthesis_graph(mode, **kw)
@@ -140,6 +142,16 @@ async def test_synthesis_modes(vclock, mode, kw, llm_calls):
     value, trace = await Runtime(eng).run(optimize_graph(g), {"question": "why", "chunks": CHUNKS})
     assert value == expected and isinstance(value, str) and value
     assert len(eng.llm.calls) == llm_calls
+
+
+async def test_accumulate_calls_run_together_and_join_in_order(vclock):
+    eng = engines()
+    g = synthesis_graph("accumulate", join=lambda answers: " || ".join(answers))
+    value, trace = await Runtime(eng).run(optimize_graph(g), {"question": "q", "chunks": CHUNKS[:3]})
+    answers = trace.spans_of("syn.answer")
+    assert len(answers) == 3 and max(s.start for s in answers) < min(s.end for s in answers)
+    expected = [example_responder(f"[qa] q | {c}", 6) for c in CHUNKS[:3]]
+    assert value == " || ".join(expected)
 
 
 async def test_refine_calls_chain_the_previous_answer(vclock):
@@ -175,6 +187,7 @@ def test_synthesis_rejects_bad_modes():
     with pytest.raises(ValueError, match="needs render_refine"):
         Synthesis("refine", lambda **kw: "")
     assert Synthesis("tree", lambda **kw: "").mode == "tree_summarize"
+    assert Synthesis("compact_accumulate", lambda **kw: "").mode == "accumulate"
 
 
 async def test_llm_call_prefix_transform_tool_and_opaque(vclock):

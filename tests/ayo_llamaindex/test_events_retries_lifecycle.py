@@ -188,7 +188,8 @@ def assert_same_events(stock: dict[str, Any], fast: dict[str, Any]) -> None:
         assert fast[key] == stock[key], key
 
 
-@pytest.mark.parametrize("kind", ["compact", "refine", "tree_summarize", "rerank", "fusion"])
+@pytest.mark.parametrize("kind", ["compact", "refine", "tree_summarize", "rerank", "fusion", "accumulate",
+                                  "compact_accumulate"])
 @pytest.mark.parametrize("use_async", [False, True])
 def test_callback_and_instrumentation_events_match_stock(server, traced_index, kind, use_async) -> None:
     stock = make_engine(kind, traced_index, make_llm(server.url))

@@ -31,7 +31,16 @@ def test_streaming_response(index) -> None:
     assert "streaming=True" in fast.explain()
 
 
-@pytest.mark.parametrize("mode", ["accumulate", "compact_accumulate", "no_text", "generation", "context_only"])
+@pytest.mark.parametrize("mode", ["accumulate", "compact_accumulate"])
+def test_accumulate_modes_are_lowered(index, mode, settings_llm) -> None:
+    stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=3, response_mode=mode)
+    fast = ayo_llamaindex.optimize(stock)
+    compare(stock, fast)
+    assert f"Synthesis(mode={mode})" in fast.explain()
+    assert f"{mode}: one LLM call per chunk, all in flight at once" in str(fast.explain())
+
+
+@pytest.mark.parametrize("mode", ["no_text", "generation", "context_only"])
 def test_other_response_modes_run_opaque(index, mode, settings_llm) -> None:
     stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=3, response_mode=mode)
     fast = ayo_llamaindex.optimize(stock)

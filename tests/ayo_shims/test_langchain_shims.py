@@ -45,7 +45,7 @@ def test_verify_costs_nothing_after_the_first_call() -> None:
 
 
 def test_shim_modules_import_no_ayo_package() -> None:
-    for path in (REPO / "shims" / "langchain.py", REPO / "shims" / "openai_sdk.py"):
+    for path in (REPO / "shims" / "ayo_shims" / "langchain.py", REPO / "shims" / "ayo_shims" / "openai_sdk.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])

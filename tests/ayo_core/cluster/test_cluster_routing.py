@@ -15,9 +15,10 @@ import ray
 
 from ayo_core.cluster.engine import ClusterLLMEngine
 from ayo_core.cluster.replicas import ClusterSpec, deploy, ray_replica_source, remove_all, wait_ready
-from ayo_core.cluster.routing import ProgramPolicy, get_router
+from ayo_core.cluster.routing import get_router
 from ayo_core.graph import Graph, Node, Op
 from ayo_core.runtime import Engines, Runtime, SchedulerConfig, get_policy
+from ayo_core.runtime.policies import ProgramPolicy
 
 SYSTEM = "You answer questions about the cluster manual. " * 16  # ~700 chars: five prefix blocks
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
+from collections.abc import Iterator
 
 import pytest
 
 from ayo_core.engines import device
+from tests.stub_http import JSONHandler, LoopbackServer
 
 
 @pytest.fixture(autouse=True)
@@ -31,9 +34,54 @@ def test_launched_server_is_known_without_asking() -> None:
     assert not asyncio.run(device.early_prefill_pays("http://127.0.0.1:1/v1/"))
 
 
-def test_unknown_server_counts_as_an_accelerator() -> None:
+class _ServerInfo(JSONHandler):
+    """``/server_info`` as the test sets it: a status, a body, and a delay before answering."""
+
+    status, body, delay = 404, b"{}", 0.0
+
+    def do_GET(self) -> None:
+        time.sleep(type(self).delay)
+        self.reply(type(self).status, type(self).body)
+
+
+@pytest.fixture
+def info_server() -> Iterator[tuple[type[_ServerInfo], str]]:
+    handler = type("Info", (_ServerInfo,), {})
+    server = LoopbackServer(handler)
+    try:
+        yield handler, server.url
+    finally:
+        server.close()
+
+
+def test_a_server_that_does_not_say_counts_as_an_accelerator(info_server) -> None:
+    _, url = info_server  # answers 404, as vLLM out of dev mode does
+    assert asyncio.run(device.llm_device(url)) is None
+    assert asyncio.run(device.early_prefill_pays(url))
+
+
+def test_a_server_that_does_not_answer_gets_no_early_prefill_until_it_does(info_server, monkeypatch) -> None:
+    """A probe that times out (a busy machine) is not kept as "unknown": that once turned early
+    prefill on for a CPU server for the rest of the process."""
+    handler, url = info_server
+    monkeypatch.setattr(device, "PROBE_TIMEOUT_S", 0.2)
+    handler.status, handler.body, handler.delay = 200, b'"device_config=cpu, ..."', 1.0
+    assert asyncio.run(device.llm_device(url)) == device.UNANSWERED
+    assert not asyncio.run(device.early_prefill_pays(url))
+    handler.delay = 0.0
+    assert asyncio.run(device.llm_device(url)) == "cpu"  # asked again, and now kept
+    handler.status = 404
+    assert asyncio.run(device.llm_device(url)) == "cpu"
+
+
+def test_a_server_that_fails_is_asked_again(info_server) -> None:
+    # nothing listens (or a fake transport's host): nothing to learn there, counts as an accelerator
     assert asyncio.run(device.llm_device("http://127.0.0.1:1/v1")) is None
-    assert asyncio.run(device.early_prefill_pays("http://127.0.0.1:1/v1"))
+    handler, url = info_server
+    handler.status = 503
+    assert asyncio.run(device.llm_device(url)) == device.UNANSWERED
+    handler.status, handler.body = 200, b'"device_config=cuda"'
+    assert asyncio.run(device.llm_device(url)) == "cuda"
 
 
 def test_vllm_environment_device(tmp_path) -> None:

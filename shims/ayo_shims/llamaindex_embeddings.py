@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ayo_shims.llamaindex import mirrored
+from ayo_shims.llamaindex_versions import mirrored
 from ayo_shims.touchpoints import declare, has_private_attr
 
 OPENAI_EMBED = "llama-index-embeddings-openai"

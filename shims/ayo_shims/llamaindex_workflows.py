@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ayo_shims import openai_client
-from ayo_shims.llamaindex import CORE, CORE_CHECKED, OPENAI_LLM, OPENAI_LLM_CHECKED
+from ayo_shims.llamaindex_versions import CORE, CORE_CHECKED, OPENAI_LLM, OPENAI_LLM_CHECKED
 from ayo_shims.touchpoints import declare, has_private_attr, importable
 
 WORKFLOWS = "llama-index-workflows"

@@ -23,23 +23,21 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ayo_shims.llamaindex_versions import (  # noqa: F401 - re-exported: the names the adapter reads here
+    CHROMA,
+    CHROMA_CHECKED,
+    CORE,
+    CORE_CHECKED,
+    FRAMEWORKS,
+    HF_EMBED,
+    HF_EMBED_CHECKED,
+    INSTRUMENTATION,
+    INSTRUMENTATION_CHECKED,
+    OPENAI_LLM,
+    OPENAI_LLM_CHECKED,
+    mirrored,
+)
 from ayo_shims.touchpoints import all_of, declare, has_attr, has_private_attr, importable
-
-CORE = "llama-index-core"
-CORE_CHECKED = "0.14.x (checked 0.14.25)"
-OPENAI_LLM = "llama-index-llms-openai"
-OPENAI_LLM_CHECKED = "0.8.x (checked 0.8.3)"
-HF_EMBED = "llama-index-embeddings-huggingface"
-HF_EMBED_CHECKED = "0.8.x (checked 0.8.0)"
-INSTRUMENTATION = "llama-index-instrumentation"
-INSTRUMENTATION_CHECKED = "0.6.x (checked 0.6.0)"
-CHROMA = "llama-index-vector-stores-chroma"
-CHROMA_CHECKED = "0.6.x (checked 0.6.0)"
-# the distributions ayo_llamaindex touches -> the module whose import means it is in use (None: always)
-FRAMEWORKS = {CORE: None, INSTRUMENTATION: None, OPENAI_LLM: "llama_index.llms.openai",
-              HF_EMBED: "llama_index.embeddings.huggingface", CHROMA: "llama_index.vector_stores.chroma",
-              "openai": "openai", "llama-index-workflows": None,
-              "llama-index-embeddings-openai": "llama_index.embeddings.openai"}
 
 
 def frameworks_in_use() -> tuple[str, ...]:
@@ -294,6 +292,21 @@ def make_compact_text_chunks(synth: Any, query_str: str, chunks: Iterable[str]) 
     return synth._make_compact_text_chunks(query_str, chunks)
 
 
+declare(f"{_SYNTH}.Accumulate._text_qa_template/_make_prompt_kwargs/_format_response", framework=CORE,
+        checked=CORE_CHECKED, why="accumulate/compact_accumulate are mirrored with the synthesizer's own template, "
+        "per-call prompt kwargs and answer format",
+        check=all_of(assigns(_SYNTH, "Accumulate", "_text_qa_template"),
+                     has_attr(_SYNTH, "Accumulate", "_make_prompt_kwargs", "_format_response")))
+
+
+def accumulate_prompt_kwargs(synth: Any, chunk: str) -> dict[str, Any]:
+    return synth._make_prompt_kwargs(chunk)
+
+
+def accumulate_format(synth: Any, outputs: list[Any], separator: str) -> str:
+    return synth._format_response(outputs, separator)
+
+
 # -- node postprocessors (LLMRerank) --------------------------------------------------------
 
 declare("llama_index.core.postprocessor.LLMRerank._get_node_batches/_get_predict_kwargs/_parse_raw_response",
@@ -520,14 +533,6 @@ def embedding_parallel_process(embed_model: Any) -> bool:
 # subclass overriding one stays opaque (``ayo_core.introspect.overridden`` compares them by identity). A
 # release that renames one would make the mirror stale without anyone noticing: declared here.
 
-def mirrored(module: str, qualname: str, methods: tuple[str, ...], *, framework: str = CORE,
-             checked: str = CORE_CHECKED, why: str) -> tuple[str, ...]:
-    """Declare that Ayo mirrors ``methods`` of ``module.qualname``; returns ``methods``."""
-    declare(f"{module}.{qualname} mirrored methods", framework=framework, checked=checked, why=why,
-            check=has_attr(module, qualname, *methods))
-    return methods
-
-
 ENGINE_MIRRORED = mirrored(_Q, "RetrieverQueryEngine", (
     "query", "aquery", "_query", "_aquery", "retrieve", "aretrieve", "synthesize", "asynthesize",
     "_apply_node_postprocessors", "_async_apply_node_postprocessors"),
@@ -548,6 +553,10 @@ SYNTHESIZER_MIRRORED = {  # class name -> methods
                        why="refine is mirrored call by call"),
     "CompactAndRefine": mirrored(_SYNTH, "CompactAndRefine", _SYNTH_RESPONSE[:2] + ("_make_compact_text_chunks",)
                                  + _REFINE_LOOP + _SYNTH_RESPONSE[2:], why="compact is mirrored call by call"),
+    "Accumulate": mirrored(_SYNTH, "Accumulate", _SYNTH_RESPONSE + ("_give_responses",),
+                           why="accumulate is mirrored call by call (the calls concurrent)"),
+    "CompactAndAccumulate": mirrored(f"{_SYNTH}.compact_and_accumulate", "CompactAndAccumulate", _SYNTH_RESPONSE + ("_give_responses",),
+                                     why="compact_accumulate is mirrored call by call (the calls concurrent)"),
 }
 RERANK_MIRRORED = mirrored("llama_index.core.postprocessor", "LLMRerank", (
     "postprocess_nodes", "_postprocess_nodes", "_get_node_batches", "_get_predict_kwargs", "_parse_raw_response"),
@@ -570,5 +579,5 @@ EMBEDDING_MIRRORED = mirrored(_HF, "HuggingFaceEmbedding", (
 
 
 # the Workflow touchpoints and the OpenAI-compatible embedding ones (remote embedding servers) live in
-# their own modules; importing them declares them with this adapter's
+# their own modules (which import only llamaindex_versions); importing them declares them with this adapter's
 from ayo_shims import llamaindex_embeddings, llamaindex_workflows  # noqa: E402,F401

@@ -1,0 +1,58 @@
+"""Query engines that compose others (``SubQuestionQueryEngine``, ``RouterQueryEngine``), run as one Ayo graph.
+
+:class:`ComposedQueryEngine` is the stand-in both share (capture, engine assignment, the graph built and
+optimized once); :class:`ToolQueryEngine` is a tool's query engine inside such a graph (or inside a
+workflow step), awaited on the loop the composed query already runs on. The engines themselves are
+lowered in :mod:`ayo_llamaindex.sub_question` and :mod:`ayo_llamaindex.router`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from llama_index.core.callbacks.schema import EventPayload
+from llama_index.core.schema import QueryBundle
+
+from ayo_core.graph import Graph
+from ayo_llamaindex import events
+from ayo_llamaindex.query_engine import OptimizedQueryEngine
+from ayo_llamaindex.runtime import EngineAssignment, assign_engines
+
+
+class ToolQueryEngine(OptimizedQueryEngine):
+    """A tool's query engine inside a composed engine's graph (SubQuestion, Router): its own optimized graph,
+    awaited on the loop the composed query already runs on (``aquery`` would hop to that same loop)."""
+
+    async def aquery_in_graph(self, question: str | QueryBundle) -> Any:
+        """``aquery(question)``: the same response and query events, run from a node of another graph."""
+        bundle = QueryBundle(question) if isinstance(question, str) else question
+        loop = asyncio.get_running_loop()
+        if self._stock_query:  # the stock engine's own query() emits its events inside the opaque node
+            return await self._run(bundle, loop)
+        with events.QueryCall(self, question).span() as done:  # BaseQueryEngine.aquery's events
+            with self._query_event(bundle) as event:
+                response = await self._run(bundle, loop)
+                event.on_end(payload={EventPayload.RESPONSE: response})
+            return done(response)
+
+
+def tool_engine(query_engine: Any, policy: str) -> ToolQueryEngine:
+    stock = query_engine.stock if isinstance(query_engine, OptimizedQueryEngine) else query_engine
+    return ToolQueryEngine(stock, policy)
+
+
+class ComposedQueryEngine(OptimizedQueryEngine):
+    """A query engine that composes others (SubQuestion, Router) run as one Ayo graph: the pipeline of
+    :class:`OptimizedQueryEngine`, whose plan and graph a subclass names (its ``capture`` and ``build``)."""
+
+    capture: Callable[[Any, str], Any]
+    build: Callable[[Any, EngineAssignment], Graph]
+
+    def capture_plan(self, query_engine: Any) -> tuple[Any, EngineAssignment]:
+        plan = type(self).capture(query_engine, self._policy)
+        return plan, assign_engines(plan.llm_bindings(), [])
+
+    def build_graph(self, captured: tuple[Any, EngineAssignment], _call: Any) -> Graph:
+        return type(self).build(*captured)

@@ -1,0 +1,146 @@
+"""Stock vs Ayo on the modules stock runs one call after another: side by side, in balanced pairs.
+
+    AYO_LLM_URL=http://127.0.0.1:8123/v1 python benchmarks/module_zoo.py -n 8
+    python benchmarks/module_zoo.py -n 2 --modules accumulate     # a dry run
+
+Modules (each the way its framework's docs build it, at their defaults):
+
+- ``accumulate``: a LlamaIndex query engine with ``response_mode="accumulate"`` over a tiny
+  in-memory index (top-k chunks, one LLM call each: stock sequential, Ayo concurrent);
+- ``compact_accumulate``: the same with ``response_mode="compact_accumulate"`` and a context
+  window small enough that the chunks pack into several calls;
+- ``compressor``: a LangChain ``ContextualCompressionRetriever`` with ``LLMChainExtractor``
+  over Chroma (one chain call per retrieved document: stock sequential under ``invoke``).
+
+Each pair runs stock and Ayo on the same question, who goes first drawn as ``ayo compare`` draws
+it (``ayo_bench.stats.first_sides``), after one warm-up of each; every pair checks the answers
+are identical. Printed per module: each pair's times, the median per-pair ratio stock/Ayo and
+the geometric mean with its 95 % interval. The server's prefix cache is not reset (the server
+may be shared): the balanced order spreads its help evenly over both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ayo_bench import stats  # noqa: E402
+
+MODEL = "SmolLM2-135M-Instruct"
+TEXTS = [
+    "The json module encodes Python objects as JSON strings with json.dumps and decodes them with json.loads.",
+    "pathlib.Path joins path components with the / operator; os.path.join does the same for strings.",
+    "The bisect module keeps a list sorted: insort inserts an item at its sorted position.",
+    "collections.Counter counts hashable objects; most_common returns the most frequent ones.",
+    "argparse.ArgumentParser parses command line arguments, options and sub-commands.",
+    "datetime.date represents a date; timedelta is a duration between two dates or times.",
+]
+QUESTIONS = ["How do I turn Python objects into JSON?", "How can a list stay sorted?",
+             "How do I count things in Python?", "How do I parse command line options?"]
+
+Pipeline = tuple[Callable[[str], Any], Callable[[str], Any], Callable[[Any], Any]]  # stock, fast, comparable
+
+
+def llamaindex_pipeline(url: str, mode: str, k: int, max_tokens: int) -> Pipeline:
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.openai_like import OpenAILike
+
+    import ayo_llamaindex
+    from ayo_core.models import embedding_model_path
+
+    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed)
+    window = 200 if mode == "compact_accumulate" else 3900
+    llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
+                     max_tokens=max_tokens, context_window=window)
+    stock = index.as_query_engine(llm=llm, similarity_top_k=k, response_mode=mode)
+    fast = ayo_llamaindex.optimize(stock)
+    return stock.query, fast.query, str
+
+
+def compressor_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+    import chromadb
+    from langchain_chroma import Chroma
+    from langchain_classic.retrievers import ContextualCompressionRetriever
+    from langchain_classic.retrievers.document_compressors import LLMChainExtractor
+    from langchain_huggingface import HuggingFaceEmbeddings
+    from langchain_openai import ChatOpenAI
+
+    import ayo_langchain
+    from ayo_core.models import embedding_model_path
+
+    embeddings = HuggingFaceEmbeddings(model_name=str(embedding_model_path()))
+    client = chromadb.PersistentClient(path=tempfile.mkdtemp(prefix="ayo-zoo-"))
+    store = Chroma(collection_name="zoo", embedding_function=embeddings, client=client)
+    store.add_texts(TEXTS, ids=[f"t{i}" for i in range(len(TEXTS))])
+    llm = ChatOpenAI(model=MODEL, base_url=url, api_key="none", temperature=0, max_tokens=max_tokens)
+    stock = ContextualCompressionRetriever(base_compressor=LLMChainExtractor.from_llm(llm),
+                                           base_retriever=store.as_retriever(search_kwargs={"k": k}))
+    fast = ayo_langchain.optimize(stock)
+    return stock.invoke, fast.invoke, lambda docs: [(d.page_content, d.metadata) for d in docs]
+
+
+def timed(call: Callable[[str], Any], question: str) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = call(question)
+    return time.perf_counter() - start, out
+
+
+def run_pairs(name: str, pipeline: Pipeline, n: int, seed: int) -> dict[str, Any]:
+    stock, fast, comparable = pipeline
+    timed(stock, QUESTIONS[0])  # warm-up: model loads, first requests, shapes cached
+    timed(fast, QUESTIONS[0])
+    ratios, rows = [], []
+    for i, first in enumerate(stats.first_sides(n, ("stock", "ayo"), seed=seed)):
+        q = QUESTIONS[i % len(QUESTIONS)]
+        sides = {"stock": stock, "ayo": fast}
+        order = [first, "ayo" if first == "stock" else "stock"]
+        results = {side: timed(sides[side], q) for side in order}
+        if comparable(results["stock"][1]) != comparable(results["ayo"][1]):
+            raise AssertionError(f"{name}: pair {i} ({q!r}) gave different answers")
+        ratio = results["stock"][0] / results["ayo"][0]
+        ratios.append(ratio)
+        rows.append(f"  pair {i} ({first} first): stock {results['stock'][0]:.2f} s, ayo {results['ayo'][0]:.2f} s, "
+                    f"ratio {ratio:.2f}x")
+    print(f"{name}:")
+    print("\n".join(rows))
+    interval = stats.ratio_interval(ratios)
+    spread = f", geomean {interval.geomean:.2f}x [{interval.low:.2f}-{interval.high:.2f}]" if interval else ""
+    print(f"  median ratio stock/ayo {statistics.median(ratios):.2f}x over {len(ratios)} pairs{spread}")
+    return {"module": name, "ratios": ratios, "median": statistics.median(ratios)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-n", "--pairs", type=int, default=8)
+    ap.add_argument("--modules", default="accumulate,compact_accumulate,compressor")
+    ap.add_argument("-k", type=int, default=4, help="documents retrieved (one LLM call each)")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    url = os.environ.get("AYO_LLM_URL")
+    if not url:
+        ap.error("set AYO_LLM_URL to a running vLLM server (e.g. from `ayo serve`)")
+    for name in args.modules.split(","):
+        if name in ("accumulate", "compact_accumulate"):
+            pipeline = llamaindex_pipeline(url, name, args.k, args.max_tokens)
+        elif name == "compressor":
+            pipeline = compressor_pipeline(url, args.k, args.max_tokens)
+        else:
+            ap.error(f"unknown module {name!r}: use accumulate, compact_accumulate or compressor")
+        run_pairs(name, pipeline, args.pairs, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
