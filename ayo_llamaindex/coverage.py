@@ -1,0 +1,242 @@
+"""What the LlamaIndex adapter makes of LlamaIndex's modules: the rows of ``docs/modules.md``.
+
+Each row comes from the adapter's own decision for one object of the class: ``synthesis_mode`` on
+the synthesizer ``get_response_synthesizer`` builds for every ``ResponseMode``,
+``postprocessor_kind`` and ``LOCAL_TEMPLATES`` for every class ``llama_index.core.postprocessor``
+exports, ``retriever_kind`` for ``llama_index.core.retrievers``, the composed engines'
+``not_lowered_reason`` and ``capture_query_engine`` for ``llama_index.core.query_engine``, and
+``recognize_chat_engine`` for ``llama_index.core.chat_engine``. A decision that reads only the type
+runs on a :func:`~ayo_core.coverage.probe`; one that reads fields runs on a small real object
+(``EXAMPLES``). What flips a state with the construction (``streaming=True``, a subclass overriding
+a mirrored method) is in the row's "why", tried where the factory takes it as a keyword.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import llama_index.core.chat_engine as li_chat_engines
+import llama_index.core.postprocessor as li_postprocessors
+import llama_index.core.query_engine as li_query_engines
+import llama_index.core.retrievers as li_retrievers
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.chat_engine.types import BaseChatEngine
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.query_engine import RetrieverQueryEngine, RouterQueryEngine, SubQuestionQueryEngine
+from llama_index.core.response_synthesizers import ResponseMode, get_response_synthesizer
+from pydantic import BaseModel
+
+from ayo_core.coverage import CoverageRow, exported_classes, probe, row
+from ayo_core.modules import OPAQUE
+from ayo_llamaindex import postprocess, router, sub_question
+from ayo_llamaindex.capture import PostprocessorPlan, RetrieverPlan, capture_query_engine, capture_synthesizer
+from ayo_llamaindex.chat_engine_capture import MODES as CHAT_MODES
+from ayo_llamaindex.chat_engine_capture import recognize_chat_engine
+from ayo_llamaindex.retrieval import retriever_kind
+from ayo_shims import llamaindex as shim
+from ayo_shims import llamaindex_engines as eng
+
+FRAMEWORK = "LlamaIndex"
+
+
+class _Answer(BaseModel):
+    """An ``output_cls`` to try on each synthesizer (structured output)."""
+
+    answer: str
+
+
+# get_response_synthesizer keywords that may keep a mode Ayo lowers opaque: each is tried on every mode
+SYNTHESIZER_VARIANTS: tuple[dict[str, Any], ...] = (
+    {"streaming": True}, {"output_cls": _Answer}, {"structured_answer_filtering": True})
+# what a lowered mode becomes, by the mode synthesis_mode names (a mode missing here fails coverage())
+SYNTHESIS_WHY = {
+    "refine": "the refine chain mirrored call by call: every prompt and packing is LlamaIndex's own",
+    "compact": "the synthesizer's own packing, then the refine chain mirrored call by call",
+    "tree_summarize": "leaf summaries always concurrent (stock: only with use_async=True), then the next level",
+    "simple_summarize": "one call over the truncated, joined chunks",
+    "accumulate": "one call per chunk, all in flight at once (stock: one after another unless use_async=True)",
+    "compact_accumulate": "the synthesizer's own packing, then one call per packed chunk, all in flight at once",
+}
+POSTPROCESSOR_WHY = {
+    "llm_rerank": "its batches' LLM calls all in flight at once on Ayo's engine (stock: one after another); "
+                  "the batches, prompts and parsing are the reranker's own",
+    "local": "local work: the user's object runs in one node of the graph (recognized through the MRO, so a "
+             "subclass is a local node too)",
+}
+RETRIEVER_WHY = {
+    "vector": "the query embedded on Ayo's embedding engine (when it serves the embed model), then the search "
+              "through the retriever's own store code",
+    "fusion": "the query-generation decode streamed; each generated query retrieved as its line completes; "
+              "the retriever's own fusion",
+}
+MIRRORED = {"llm_rerank": shim.RERANK_MIRRORED, "vector": shim.VECTOR_RETRIEVER_MIRRORED,
+            "fusion": shim.FUSION_RETRIEVER_MIRRORED, "retriever_query_engine": shim.ENGINE_MIRRORED}
+
+
+class ComposedEngine(NamedTuple):
+    """A query engine ``optimize`` hands to its own stand-in (``composed_engines.optimize_composed``)."""
+
+    base: type
+    not_lowered_reason: Callable[[Any], str | None]
+    mirrored: tuple[str, ...]
+    template: str
+    why: str
+
+
+# optimize()'s order for a query engine (ayo_llamaindex.optimize -> composed_engines.optimize_composed):
+# the composed engines first, each with its own check, then capture_query_engine for any other
+COMPOSED_ENGINES: tuple[ComposedEngine, ...] = (
+    ComposedEngine(SubQuestionQueryEngine, sub_question.not_lowered_reason, eng.SUBQ_MIRRORED,
+                   "LLMCall (question_gen, streamed) -> ToolCall per sub-question -> Synthesis",
+                   "each sub-question answered by its tool's engine (optimized) as soon as the generator's stream "
+                   "completes it; a generator or synthesizer Ayo does not reproduce runs as the user's object in "
+                   "its node"),
+    ComposedEngine(RouterQueryEngine, router.not_lowered_reason, eng.ROUTER_MIRRORED,
+                   "LLMCall (select) -> ToolCall (chosen engines) -> Synthesis",
+                   "the selector's decode on Ayo's engine, the chosen engines (optimized) all at once, several "
+                   "answers combined by its summarizer; a Pydantic*Selector (tool calling) runs as the user's "
+                   "object in its node"),
+)
+CHAT_TEMPLATES = {  # by the mode recognize_chat_engine names (a mode missing here fails coverage())
+    "condense_plus_context": "LLMCall (condense) -> Retrieval -> Synthesis(mode=compact)",
+    "context": "Retrieval -> Synthesis(mode=compact)",
+    "condense_question": "LLMCall (condense) -> the query engine's graph",
+}
+
+
+def coverage() -> list[CoverageRow]:
+    """Every row of the LlamaIndex tables (see the module docstring)."""
+    return [*synthesizer_rows(), *postprocessor_rows(), *retriever_rows(), *query_engine_rows(),
+            *chat_engine_rows()]
+
+
+def _subclass_note(names: tuple[str, ...]) -> str:
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return f"a subclass overriding any of its {len(names)} mirrored methods ({shown}) stays opaque"
+
+
+@contextlib.contextmanager
+def _settings_llm() -> Iterator[Any]:
+    """A ``MockLLM`` as ``Settings.llm`` while synthesizers are built: the factory builds ``NoText`` and
+    ``ContextOnly`` from ``Settings.llm`` (OpenAI by default, which wants a key). The lazily resolved
+    field itself is saved and restored: reading ``Settings.llm`` would resolve OpenAI."""
+    from llama_index.core import Settings
+    from llama_index.core.llms import MockLLM
+
+    saved, llm = Settings._llm, MockLLM()
+    Settings.llm = llm
+    try:
+        yield llm
+    finally:
+        Settings._llm = saved
+
+
+# -- response synthesizers ---------------------------------------------------------------------
+def synthesizer_rows() -> list[CoverageRow]:
+    """One row per ``ResponseMode``: the synthesizer the factory builds for it, captured."""
+    rows = []
+    with _settings_llm() as llm:
+        for mode in ResponseMode:
+            synth = get_response_synthesizer(response_mode=mode, llm=llm)
+            plan = capture_synthesizer(synth)
+            why = plan.reason if plan.mode is None else _lowered_synthesis_why(mode, plan.mode, llm)
+            rows.append(row(FRAMEWORK, "response synthesizer modes", type(synth), plan.template, why,
+                            case=f"response_mode={mode.value!r}"))
+    return rows
+
+
+def _lowered_synthesis_why(mode: ResponseMode, lowered_mode: str, llm: Any) -> str:
+    flips = []
+    for kwargs in SYNTHESIZER_VARIANTS:
+        variant = capture_synthesizer(get_response_synthesizer(response_mode=mode, llm=llm, **kwargs))
+        if variant.mode is None:
+            flips.append(variant.reason)
+    names = shim.SYNTHESIZER_MIRRORED[type(get_response_synthesizer(response_mode=mode, llm=llm)).__name__]
+    return (f"{SYNTHESIS_WHY[lowered_mode]}. Opaque instead with {'; '.join(flips) or 'no keyword tried'}; "
+            f"{_subclass_note(names)}")
+
+
+# -- node postprocessors ------------------------------------------------------------------------
+def postprocessor_rows() -> list[CoverageRow]:
+    """One row per class ``llama_index.core.postprocessor`` exports."""
+    rows = []
+    for cls in exported_classes(li_postprocessors, BaseNodePostprocessor):
+        pp = probe(cls)
+        kind, reason = postprocess.postprocessor_kind(pp)
+        if kind == "local":  # the registry read at call time, as the lowering reads it
+            template = postprocess.LOCAL_TEMPLATES.find(pp).__name__
+        else:
+            template = PostprocessorPlan(pp, kind).template
+        why = reason if kind == "opaque" else POSTPROCESSOR_WHY[kind]
+        if kind in MIRRORED:
+            why = f"{why}; {_subclass_note(MIRRORED[kind])}"
+        rows.append(row(FRAMEWORK, "node postprocessors", cls, template, why))
+    return rows
+
+
+# -- retrievers ---------------------------------------------------------------------------------
+def retriever_rows() -> list[CoverageRow]:
+    """One row per retriever class ``llama_index.core.retrievers`` exports."""
+    rows = []
+    for cls in exported_classes(li_retrievers, BaseRetriever):
+        kind, reason = retriever_kind(probe(cls))
+        why = reason if kind == "opaque" else f"{RETRIEVER_WHY[kind]}; {_subclass_note(MIRRORED[kind])}"
+        rows.append(row(FRAMEWORK, "retrievers", cls, RetrieverPlan(None, kind).template, why))
+    return rows
+
+
+# -- query engines ------------------------------------------------------------------------------
+def _retriever_query_engine() -> Any:
+    """A real ``RetrieverQueryEngine`` (an empty index, mock models): its capture reads its parts."""
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    with _settings_llm() as llm:
+        index = VectorStoreIndex(nodes=[], embed_model=MockEmbedding(embed_dim=8))
+        return index.as_query_engine(llm=llm)
+
+
+# classes whose decision reads the object's fields: a small real one stands for the class
+EXAMPLES: dict[type, Callable[[], Any]] = {RetrieverQueryEngine: _retriever_query_engine}
+
+
+def query_engine_row(cls: type, engine: Any) -> CoverageRow:
+    """What ``optimize`` makes of ``engine`` (an object of ``cls``)."""
+    group = "query engines"
+    for composed in COMPOSED_ENGINES:
+        if isinstance(engine, composed.base):
+            if reason := composed.not_lowered_reason(engine):
+                return row(FRAMEWORK, group, cls, OPAQUE, reason)
+            return row(FRAMEWORK, group, cls, composed.template, f"{composed.why}; {_subclass_note(composed.mirrored)}")
+    plan = capture_query_engine(engine)
+    if plan.kind == "opaque":
+        return row(FRAMEWORK, group, cls, OPAQUE, plan.reason)
+    return row(FRAMEWORK, group, cls, "Retrieval -> postprocessors -> Synthesis",
+               "its retriever, postprocessors and synthesizer captured one by one (their tables here); "
+               f"{_subclass_note(MIRRORED[plan.kind])}")
+
+
+def query_engine_rows() -> list[CoverageRow]:
+    """One row per query engine class ``llama_index.core.query_engine`` exports."""
+    return [query_engine_row(cls, EXAMPLES[cls]() if cls in EXAMPLES else probe(cls))
+            for cls in exported_classes(li_query_engines, BaseQueryEngine)]
+
+
+# -- chat engines -------------------------------------------------------------------------------
+def chat_engine_rows() -> list[CoverageRow]:
+    """One row per chat engine class ``llama_index.core.chat_engine`` exports."""
+    mirrored = {mode: names for _cls, mode, names in CHAT_MODES}
+    rows = []
+    for cls in exported_classes(li_chat_engines, BaseChatEngine):
+        mode, reason = recognize_chat_engine(probe(cls))
+        if mode is None:
+            rows.append(row(FRAMEWORK, "chat engines", cls, OPAQUE, f"optimize() returns it unchanged: {reason}"))
+            continue
+        why = f"chat_mode={mode!r} lowered turn by turn; the memory is the user's own object; {_subclass_note(mirrored[mode])}"
+        if mode == "condense_question":
+            why += "; a query engine that streams (streaming=True) keeps the engine the user's"
+        rows.append(row(FRAMEWORK, "chat engines", cls, CHAT_TEMPLATES[mode], why))
+    return rows
