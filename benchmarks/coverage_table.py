@@ -23,6 +23,24 @@ from ayo_core.coverage import END, START, CoverageRow, render_markdown
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "modules.md"
 FIX = "python -m benchmarks.coverage_table --update"
+# the releases whose exports and classes the rows are about (a new release may export a new module)
+FRAMEWORKS = ("llama-index-core", "langchain-core", "langchain-classic")
+VERSIONS_LINE = "Generated with: "
+
+
+def framework_versions() -> str:
+    """``llama-index-core 0.14.25, langchain-core 1.8.3, ...``: the installed releases the table is about."""
+    from importlib.metadata import version
+
+    return ", ".join(f"{name} {version(name)}" for name in FRAMEWORKS)
+
+
+def committed_versions(doc: Path = DOC) -> str | None:
+    """The releases ``doc``'s table was generated with (None when it does not say)."""
+    for line in committed_block(doc.read_text(encoding="utf-8"), doc.name).splitlines():
+        if line.startswith(VERSIONS_LINE):
+            return line[len(VERSIONS_LINE):].strip().rstrip(".")
+    return None
 
 
 def generated_rows() -> list[CoverageRow]:
@@ -34,8 +52,8 @@ def generated_rows() -> list[CoverageRow]:
 
 
 def table(rows: list[CoverageRow] | None = None) -> str:
-    """The Markdown that goes between the markers."""
-    return render_markdown(generated_rows() if rows is None else rows)
+    """The Markdown that goes between the markers: the releases it is about, then the rows."""
+    return f"{VERSIONS_LINE}{framework_versions()}.\n\n" + render_markdown(generated_rows() if rows is None else rows)
 
 
 def committed_block(text: str, name: str = DOC.name) -> str:

@@ -21,6 +21,10 @@ def rows() -> list[CoverageRow]:
 
 
 def test_committed_table_is_the_generated_one(rows) -> None:
+    made_with, installed = coverage_table.committed_versions(), coverage_table.framework_versions()
+    if made_with != installed:  # another release may export other classes: the table is about its own
+        pytest.skip(f"docs/modules.md was generated with {made_with}; installed: {installed} (run "
+                    f"`{coverage_table.FIX}` to see what this release changes)")
     diff = coverage_table.differences(rows=rows)
     assert not diff, "\n".join(diff) + f"\n(- committed, + generated) run `{coverage_table.FIX}`"
 

@@ -1,0 +1,153 @@
+"""The LlamaIndex case: ``index.as_query_engine(...)`` over a vector index, a user postprocessor, ``OpenAILike``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core import Document, Settings, VectorStoreIndex
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.callbacks.base_handler import BaseCallbackHandler
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+import ayo_llamaindex
+from tests.adapters.common import DOCS, Event, Knobs, event_paths
+from tests.ayo_langchain.lc_helpers import MODEL
+
+
+class EventRecorder(BaseCallbackHandler):
+    """Every CallbackManager event (type, parent), and which ones ended."""
+
+    def __init__(self) -> None:
+        super().__init__(event_starts_to_ignore=[], event_ends_to_ignore=[])
+        self.reset()
+
+    def reset(self) -> None:
+        self.runs: dict[str, tuple[str, str]] = {}
+        self.order: list[str] = []
+        self.ended: set[str] = set()
+
+    def on_event_start(self, event_type: Any, payload: Any = None, event_id: str = "", parent_id: str = "",
+                       **kwargs: Any) -> str:
+        self.runs[event_id] = (event_type.value, parent_id)
+        self.order.append(event_id)
+        return event_id
+
+    def on_event_end(self, event_type: Any, payload: Any = None, event_id: str = "", **kwargs: Any) -> None:
+        self.ended.add(event_id)
+
+    def start_trace(self, trace_id: str | None = None) -> None:
+        pass
+
+    def end_trace(self, trace_id: str | None = None, trace_map: dict[str, list[str]] | None = None) -> None:
+        pass
+
+    def paths(self) -> list[Event]:
+        labelled = {i: (label if i in self.ended else f"{label} (unfinished)", parent)
+                    for i, (label, parent) in self.runs.items()}
+        return event_paths(labelled, self.order)
+
+
+class UserPostprocessor(BaseNodePostprocessor):
+    """A postprocessor Ayo does not know (runs as-is): keeps the nodes, after ``knobs.delay``, unless ``knobs.fail``."""
+
+    knobs: Any = None
+
+    def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+                           ) -> list[NodeWithScore]:
+        time.sleep(self.knobs.delay)
+        if self.knobs.fail:
+            raise self.knobs.error(query_bundle.query_str if query_bundle else "")
+        return nodes
+
+    async def _apostprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+                                  ) -> list[NodeWithScore]:
+        await asyncio.sleep(self.knobs.delay)
+        if self.knobs.fail:
+            raise self.knobs.error(query_bundle.query_str if query_bundle else "")
+        return nodes
+
+
+@dataclass
+class LlamaIndexWorld:
+    """What every LlamaIndex pipeline of the session shares: the model server, the index, the event handler."""
+
+    url: str
+    index: VectorStoreIndex
+    recorder: EventRecorder = field(default_factory=EventRecorder)
+
+    @classmethod
+    def make(cls, url: str) -> LlamaIndexWorld:
+        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+        from ayo_core.models import embedding_model_path
+
+        world = cls(url, index=None)  # type: ignore[arg-type]
+        with world.reporting():
+            emb = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+            world.index = VectorStoreIndex.from_documents([Document(text=t, id_=s) for s, t in DOCS], embed_model=emb)
+        return world
+
+    @contextmanager
+    def reporting(self) -> Iterator[None]:
+        """Objects made inside report to the recorder (through ``Settings``, as users set it up)."""
+        old = Settings.callback_manager
+        Settings.callback_manager = CallbackManager([self.recorder])
+        try:
+            yield
+        finally:
+            Settings.callback_manager = old
+
+
+class LlamaIndexCase:
+    name = "llamaindex"
+    recognized = ("VectorIndexRetriever", "OpenAILike", "retrieve", "synthesize")
+    unreported_events: frozenset[str] = frozenset()
+    known_differences: dict[str, str] = {}
+
+    def __init__(self, world: LlamaIndexWorld, knobs: Knobs) -> None:
+        self.world, self.knobs = world, knobs
+
+    def build_stock(self, streaming: bool = False) -> Any:
+        from llama_index.llms.openai_like import OpenAILike
+
+        with self.world.reporting():
+            llm = OpenAILike(model=MODEL, api_base=self.world.url, api_key="none", is_chat_model=True,
+                             temperature=0.0, max_tokens=40, context_window=4096, max_retries=0)
+            return self.world.index.as_query_engine(llm=llm, similarity_top_k=2, streaming=streaming,
+                                                    node_postprocessors=[UserPostprocessor(knobs=self.knobs)])
+
+    def optimize(self, stock: Any) -> Any:
+        return ayo_llamaindex.optimize(stock)
+
+    def call(self, obj: Any, question: str) -> str:
+        return str(obj.query(question))
+
+    async def acall(self, obj: Any, question: str) -> str:
+        return str(await obj.aquery(question))
+
+    def stream(self, obj: Any, question: str) -> list[str]:
+        return list(obj.query(question).response_gen)
+
+    async def astream(self, obj: Any, question: str) -> list[str]:
+        response = await obj.aquery(question)
+        return [text async for text in response.async_response_gen()]
+
+    def events(self, obj: Any, question: str) -> list[Event]:
+        self.world.recorder.reset()
+        obj.query(question)
+        return self.world.recorder.paths()
+
+    def bad_input(self, obj: Any) -> Any:
+        return obj.query("")  # stock embeds nothing and the vector store's similarity fails
+
+    def explain(self, obj: Any) -> str:
+        return str(obj.explain())
+
+    def trace(self, obj: Any) -> Any:
+        return obj.last_trace
