@@ -26,14 +26,10 @@ PREDATE_PROVENANCE: set[str] = set()  # results files without provenance tolerat
 # partial provenance), file by file and kind by kind; remove a name once its file is re-measured (the
 # test fails while a listed file is fine). A changed summary or a stale table is never tolerated.
 REMEASURE: dict[str, set[str]] = {
-    readme_table.HAND_FIELD: {"advanced_rag.json", "agent.json", "chat.json", "contextual_retrieval.json",
-                              "graph.json", "naive_rag.json", "search_augmented.json", "sub_question.json"},
-    readme_table.MACHINE_PATH: {"advanced_rag.json", "agent-16pairs.json", "agent.json", "chat.json",
-                                "contextual_retrieval.json", "engines.json", "graph-16pairs.json", "graph.json",
+    readme_table.MACHINE_PATH: {"agent-16pairs.json", "engines.json", "graph-16pairs.json",
                                 "langchain_configs.json", "llamaindex_configs.json", "llamaindex_configs_advanced.json",
-                                "load.json", "load_50_rerun.json", "naive_rag.json", "noise_floor.json", "overhead.json",
-                                "passes.json", "search_augmented.json", "soak.json", "sub_question.json",
-                                "workflow_configs.json"},
+                                "load.json", "load_50_rerun.json", "noise_floor.json", "overhead.json",
+                                "soak.json", "workflow_configs.json"},
     readme_table.INCOMPLETE: {"cluster.json"},
 }
 # Written by an older summarize_latency (keys it no longer writes, or not yet): reported, tolerated for
