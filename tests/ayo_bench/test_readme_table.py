@@ -28,7 +28,7 @@ PREDATE_PROVENANCE: set[str] = set()  # results files without provenance tolerat
 REMEASURE: dict[str, set[str]] = {
     readme_table.MACHINE_PATH: {"agent-16pairs.json", "engines.json", "graph-16pairs.json",
                                 "langchain_configs.json", "llamaindex_configs.json", "llamaindex_configs_advanced.json",
-                                "load.json", "load_50_rerun.json", "noise_floor.json", "overhead.json",
+                                "load.json", "load_50_rerun.json", "noise_floor.json",
                                 "soak.json", "workflow_configs.json"},
     readme_table.INCOMPLETE: {"cluster.json"},
 }
