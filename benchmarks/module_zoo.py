@@ -1,7 +1,7 @@
 """Stock vs Ayo on the modules stock runs one call after another: side by side, in balanced pairs.
 
-    AYO_LLM_URL=http://127.0.0.1:8123/v1 python benchmarks/module_zoo.py -n 8
-    python benchmarks/module_zoo.py -n 2 --modules accumulate     # a dry run
+    python benchmarks/module_zoo.py -n 8 --out benchmarks/results/module_zoo.json   # starts Ayo's server
+    AYO_LLM_URL=http://127.0.0.1:8123/v1 python benchmarks/module_zoo.py -n 2 --modules accumulate
 
 Modules (each the way its framework's docs build it, at their defaults):
 
@@ -22,6 +22,7 @@ may be shared): the balanced order spreads its help evenly over both sides.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -117,7 +118,9 @@ def run_pairs(name: str, pipeline: Pipeline, n: int, seed: int) -> dict[str, Any
     interval = stats.ratio_interval(ratios)
     spread = f", geomean {interval.geomean:.2f}x [{interval.low:.2f}-{interval.high:.2f}]" if interval else ""
     print(f"  median ratio stock/ayo {statistics.median(ratios):.2f}x over {len(ratios)} pairs{spread}")
-    return {"module": name, "ratios": ratios, "median": statistics.median(ratios)}
+    return {"module": name, "pairs": rows, "ratios": ratios, "median": statistics.median(ratios),
+            "geomean": interval.geomean if interval else None, "ci95_low": interval.low if interval else None,
+            "ci95_high": interval.high if interval else None, "identical": len(ratios)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,18 +130,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", type=int, default=4, help="documents retrieved (one LLM call each)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, help="also write the figures (with provenance) as JSON here")
     args = ap.parse_args(argv)
-    url = os.environ.get("AYO_LLM_URL")
-    if not url:
-        ap.error("set AYO_LLM_URL to a running vLLM server (e.g. from `ayo serve`)")
-    for name in args.modules.split(","):
-        if name in ("accumulate", "compact_accumulate"):
-            pipeline = llamaindex_pipeline(url, name, args.k, args.max_tokens)
-        elif name == "compressor":
-            pipeline = compressor_pipeline(url, args.k, args.max_tokens)
-        else:
-            ap.error(f"unknown module {name!r}: use accumulate, compact_accumulate or compressor")
-        run_pairs(name, pipeline, args.pairs, args.seed)
+    from ayo_core.engines.llm_server import serve_llm
+
+    given = bool(os.environ.get("AYO_LLM_URL"))
+    with serve_llm(dtype="float32") as url:  # $AYO_LLM_URL as is, else a server Ayo starts and stops
+        results = []
+        for name in args.modules.split(","):
+            if name in ("accumulate", "compact_accumulate"):
+                pipeline = llamaindex_pipeline(url, name, args.k, args.max_tokens)
+            elif name == "compressor":
+                pipeline = compressor_pipeline(url, args.k, args.max_tokens)
+            else:
+                ap.error(f"unknown module {name!r}: use accumulate, compact_accumulate or compressor")
+            results.append(run_pairs(name, pipeline, args.pairs, args.seed))
+        if args.out is not None:
+            from ayo_bench import provenance
+
+            report = {"provenance": provenance.collect(url, started_by_ayo=not given, dtype="float32",
+                                                       outputs=(args.out,)),
+                      "command": provenance.portable(" ".join(["benchmarks/module_zoo.py", *(argv or sys.argv[1:])])),
+                      "k": args.k, "max_tokens": args.max_tokens, "seed": args.seed, "modules": results}
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+            print(f"wrote {args.out}")
     return 0
 
 
