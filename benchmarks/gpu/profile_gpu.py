@@ -221,11 +221,17 @@ def fit_embed(points: dict[str, float], how: str) -> dict[str, dict[str, Any]]:
     }
 
 
+def shipped_profile(name: str) -> dict[str, Any]:
+    """A profile shipped beside this script's checkout ({} where this copy has none)."""
+    path = PROFILES / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def scheduler_limits(gpu: str, weight_bytes: int, total_bytes: int | None, model: str) -> dict[str, dict[str, Any]]:
     """vLLM's defaults for this GPU class (the shipped profile of that class, cited) and the KV tokens this
     GPU's memory holds at vLLM's default gpu_memory_utilization."""
     reference = "h100-llama2-7b" if any(n in gpu for n in ("H100", "H200", "H20", "B200")) else "a100-llama2-7b"
-    shipped = json.loads((PROFILES / f"{reference}.json").read_text()) if (PROFILES / f"{reference}.json").exists() else {}
+    shipped = shipped_profile(reference)
     out = {key: {"value": shipped["llm"][key]["value"], "source": f"as the {reference} profile: "
                  + shipped["llm"][key]["source"]} for key in ("prefill_chunk", "max_seqs") if key in shipped.get("llm", {})}
     config = MODELS[model]
@@ -244,11 +250,27 @@ def scheduler_limits(gpu: str, weight_bytes: int, total_bytes: int | None, model
 
 
 def fit(m: dict[str, Any], gpu: str, model: str) -> dict[str, Any]:
+    """The Ayo profile of the measurements ``m``: the LLM's step costs and the embedding device's batch costs."""
+    measured_on = f"measured by benchmarks/gpu/profile_gpu.py on {gpu}, {datetime.date.today().isoformat()}"
+    llm = fit_llm(m, measured_on, model)
+    llm.update(scheduler_limits(gpu, m.get("weight_bytes", 0), m.get("device_bytes"), model))
+    embed_kernel = len(m.get("embed_kernel_s") or {}) == len(m.get("embed_s") or {}) > 0
+    embed_how = f"{measured_on}, {'GPU kernel time per batch (torch.profiler)' if embed_kernel else 'wall time per batch'}"
+    embed = fit_embed(m["embed_kernel_s"] if embed_kernel else m["embed_s"], embed_how) if m.get("embed_s") else {
+        k: {"value": v["value"], "source": "as the a100-llama2-7b profile: " + v["source"]}
+        for k, v in shipped_profile("a100-llama2-7b").get("embed", {}).items()}
+    return {"name": "gpu-measured", "kind": "serving", "device": "cuda",
+            "description": f"step costs measured on {gpu} with a {model}-shaped model (random weights)",
+            "llm": llm, "embed": embed, "prefix_block": {"value": 16, "source": "vLLM's default KV block size on CUDA"},
+            "measurements": m}
+
+
+def fit_llm(m: dict[str, Any], measured_on: str, model: str) -> dict[str, dict[str, Any]]:
+    """Step costs from the forward passes and decode steps (kernel times where every point has one)."""
     kernel = bool(m.get("decode_kernel_s")) and len(m["decode_kernel_s"]) == len(m["decode_s"]) \
         and len(m.get("linear_kernel_s", {})) == len(m["linear_s"])
     lin, dec = (m["linear_kernel_s"], m["decode_kernel_s"]) if kernel else (m["linear_s"], m["decode_s"])
     timing = "GPU kernel time per step (torch.profiler; as CUDA graphs replay it)" if kernel else "wall time per step"
-    measured_on = f"measured by benchmarks/gpu/profile_gpu.py on {gpu}, {datetime.date.today().isoformat()}"
     how = f"{measured_on}, {model} architecture (random weights), {timing}"
     floor = statistics.median(v for t, v in lin.items() if t <= 64)
     roof = statistics.median(v / t for t, v in lin.items() if t >= 1024) if any(t >= 1024 for t in lin) else 0.0
@@ -263,12 +285,11 @@ def fit(m: dict[str, Any], gpu: str, model: str) -> dict[str, Any]:
     widest = max(small) if small else 1
     per_seq = (max(0.0, (small[widest] - per_ctx * widest * CONTEXTS[0] - base) / (widest - 1)) if widest > 1 else 0.0)
     pts = lambda d: ", ".join(f"{k}: {v * 1000:.2f} ms" for k, v in d.items())  # noqa: E731
-    shipped = json.loads((PROFILES / "a100-llama2-7b.json").read_text()) if (PROFILES / "a100-llama2-7b.json").exists() else {}
-    llm = {
+    return {
         "fixed": {"value": 0.0, "source": "the emulator's own HTTP handling stands in for the server's (as the shipped GPU profiles)"},
         "step_base": {"value": base, "source": f"{how}: decode step of 1 sequence at {CONTEXTS[0]} tokens of context, "
                                                f"less that context at per_context_token ({pts(small)})"},
-        "per_sequence": {"value": per_seq, "source": f"{how}: decode step growth from 1 to {max(small or [1])} sequences, "
+        "per_sequence": {"value": per_seq, "source": f"{how}: decode step growth from 1 to {widest} sequences, "
                                                    "less their context at per_context_token"},
         "per_context_token": {"value": per_ctx, "source": f"{how}: decode step growth from {CONTEXTS[0]} to "
                                                           f"{CONTEXTS[-1]} tokens per sequence ({pts(big)})"},
@@ -276,16 +297,6 @@ def fit(m: dict[str, Any], gpu: str, model: str) -> dict[str, Any]:
         "token_roofline_s": {"value": roof, "source": f"{how}: forward passes without a cache, median s per token at "
                                                       f"1024+ tokens ({pts(lin)})"},
     }
-    llm.update(scheduler_limits(gpu, m.get("weight_bytes", 0), m.get("device_bytes"), model))
-    embed_kernel = len(m.get("embed_kernel_s") or {}) == len(m.get("embed_s") or {}) > 0
-    embed_how = f"{measured_on}, {'GPU kernel time per batch (torch.profiler)' if embed_kernel else 'wall time per batch'}"
-    embed = fit_embed(m["embed_kernel_s"] if embed_kernel else m["embed_s"], embed_how) if m.get("embed_s") else {
-        k: {"value": v["value"], "source": "as the a100-llama2-7b profile: " + v["source"]}
-        for k, v in shipped.get("embed", {}).items()}
-    return {"name": "gpu-measured", "kind": "serving", "device": "cuda",
-            "description": f"step costs measured on {gpu} with a {model}-shaped model (random weights)",
-            "llm": llm, "embed": embed, "prefix_block": {"value": 16, "source": "vLLM's default KV block size on CUDA"},
-            "measurements": m}
 
 
 def step_s(f: dict[str, float], decoding: int, context: int, prefill: int) -> float:
@@ -307,13 +318,13 @@ def compare(profile: dict[str, Any]) -> dict[str, Any]:
     points = [(1, 256, 0), (8, 8 * 256, 0), (32, 32 * 1024, 0), (0, 0, 512), (0, 0, 2048)]
     out: dict[str, Any] = {}
     for name in ("a100-llama2-7b", "h100-llama2-7b"):
-        if not (PROFILES / f"{name}.json").exists():
+        reference = shipped_profile(name)
+        if not reference:
             continue
-        shipped_profile = json.loads((PROFILES / f"{name}.json").read_text())
-        shipped = {k: v["value"] for k, v in shipped_profile["llm"].items()}
+        shipped = {k: v["value"] for k, v in reference["llm"].items()}
         out[name] = [{"decoding": d, "context": c, "prefill": p, "measured_s": step_s(measured, d, c, p),
                       "profile_s": step_s(shipped, d, c, p)} for d, c, p in points]
-        shipped_embed = {k: v["value"] for k, v in shipped_profile["embed"].items()}
+        shipped_embed = {k: v["value"] for k, v in reference["embed"].items()}
         out[f"{name}-embed"] = [{"texts": n, "tokens": n * 64, "measured_s": embed_s(measured_embed, n, n * 64),
                                  "profile_s": embed_s(shipped_embed, n, n * 64)} for n in (1, 8, 32, 128)]
     return out
