@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from ayo_bench import emulated_table
 from ayo_core.coverage import END, START, CoverageRow, render_markdown
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "modules.md"
@@ -63,13 +64,6 @@ def committed_block(text: str, name: str = DOC.name) -> str:
     return text.split(START, 1)[1].split(END, 1)[0].strip("\n")
 
 
-def with_block(text: str, block: str) -> str:
-    """``text`` with the block between the markers replaced by ``block``."""
-    committed_block(text)
-    head, rest = text.split(START, 1)
-    return f"{head}{START}\n{block}\n{END}{rest.split(END, 1)[1]}"
-
-
 def differences(doc: Path = DOC, rows: list[CoverageRow] | None = None) -> list[str]:
     """What differs between ``doc``'s table and the generated one, as unified-diff lines ([] when equal)."""
     committed = committed_block(doc.read_text(encoding="utf-8"), doc.name)
@@ -98,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.doc.name}: the coverage table matches the registries")
         return 0
     if args.update:
-        args.doc.write_text(with_block(args.doc.read_text(encoding="utf-8"), table()), encoding="utf-8")
+        emulated_table.replace_block(args.doc, START, END, table() + "\n")  # the README tables' block writer
         print(f"{args.doc}: coverage table rewritten")
         return 0
     sys.stdout.write(table() + "\n")
