@@ -126,12 +126,12 @@ def _settings_llm() -> Iterator[Any]:
     from llama_index.core import Settings
     from llama_index.core.llms import MockLLM
 
-    saved, llm = Settings._llm, MockLLM()
+    saved, llm = shim.settings_llm_field(), MockLLM()
     Settings.llm = llm
     try:
         yield llm
     finally:
-        Settings._llm = saved
+        shim.restore_settings_llm_field(saved)
 
 
 # -- response synthesizers ---------------------------------------------------------------------

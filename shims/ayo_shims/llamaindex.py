@@ -103,6 +103,23 @@ def prompt_modules(obj: Any) -> Any:
     return obj._get_prompt_modules()
 
 
+declare("llama_index.core.settings._Settings._llm", framework=CORE, checked=CORE_CHECKED,
+        why="the coverage table builds synthesizers under a MockLLM and restores the lazily resolved field: "
+        "reading Settings.llm itself would resolve the default OpenAI LLM, which wants a key",
+        check=has_attr("llama_index.core.settings", "_Settings", "_llm"))
+
+
+def settings_llm_field() -> Any:
+    """``Settings``' unresolved LLM field (``None`` until something reads ``Settings.llm``)."""
+    from llama_index.core import Settings
+    return Settings._llm
+
+
+def restore_settings_llm_field(value: Any) -> None:
+    from llama_index.core import Settings
+    Settings._llm = value
+
+
 declare("llama_index.core.base.base_query_engine.BaseQueryEngine._query/_aquery", framework=CORE, checked=CORE_CHECKED,
         why="OptimizedQueryEngine implements these abstract methods; an opaque engine's own run inside the span "
         "Ayo's engine already opened",
