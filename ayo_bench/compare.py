@@ -204,7 +204,8 @@ def call_figures(pair: AppPair, calls: dict[str, tuple[tuple[float, float], list
     """Per call: the lower bound that holds for any schedule (:mod:`ayo_bench.lower_bound`), Ayo's
     busiest engine's in-flight time and the gap to it (a utilization of Ayo's schedule, not a
     bound), and Ayo's own overhead accounting. Service times: ``pair.service_model`` (an emulated
-    run's profile) when set, else the run's own lone LLM requests (``MeasuredServiceModel``); with
+    run's profile) when set, else the rest of the run's LLM requests, this call's own left out
+    (``MeasuredServiceModel``); with
     neither a model nor a recorder, no lower bound. A call that ran no query on Ayo's
     runtime (an agent called with ``ainvoke``) still has the LLM server's own view (the recorder):
     its figures are given, its overhead is not (none of it ran on Ayo).
@@ -215,7 +216,7 @@ def call_figures(pair: AppPair, calls: dict[str, tuple[tuple[float, float], list
     out: dict[str, Any] = {"ayo_utilization": report.as_dict()}
     service = getattr(pair, "service_model", None)
     if service is None and pair.recorder is not None:
-        service = MeasuredServiceModel(getattr(pair.recorder, "records", None) or recorded or [])
+        service = MeasuredServiceModel(getattr(pair.recorder, "records", None) or recorded or [], exclude=window)
     if service is not None:
         out["lower_bound"] = call_lower_bound(traces, window, recorded, service).as_dict()
     if not traces:

@@ -158,43 +158,72 @@ class FakeEnginesServiceModel:
 
 
 # ---- a real run with no profile --------------------------------------------------------
-class MeasuredServiceModel:
-    """Service times read off a real run's own lone requests (no profile given).
+Shape = tuple[int, int, int]  # (prompt tokens, uncached prompt tokens, completion tokens)
 
-    A request that ran alone on the server (no other recorded request overlapping it) took its
-    zero-load time, measurement noise aside. Serving a request never takes less for more tokens,
-    so a request ``q`` costs at least the longest lone request that needed no more uncached prompt
-    tokens and no more completion tokens than ``q``: ``llm_alone_s`` is that (0 if there is none).
-    This is a bound under those two assumptions and is loose where the run had no lone request
-    of a smaller shape (then the critical path counts that request as 0). With no model of
-    batching, the LLM engine's floor is only the longest single request. Embedding: 0.
+
+class MeasuredServiceModel:
+    """Service times read off a real run's own requests (no profile given).
+
+    Serving a request never takes less for more work, and a request's time, measured, is its
+    service plus non-negative noise (sharing the server or the CPU, the collector, the scheduler).
+    Shape ``r`` is at most as much work as shape ``q`` when it has no more prompt tokens (the
+    context every decode step reads), no more uncached prompt tokens (the prefill) and no more
+    completion tokens (the steps). So:
+
+    * a request that ran alone (no other recorded request overlapping it) measures its own
+      service, noise included;
+    * every recorded request of at least ``r``'s work, alone or not, took at least ``r``'s service:
+      the fastest of them caps ``r``'s estimate, which takes the noise of a slow lone measurement
+      out (a maximum over raw lone times is biased upward: it read above Ayo's own latency);
+    * ``q`` costs at least the capped estimate of every lone shape of no more work than ``q``.
+
+    ``exclude=(t0, t1)``: requests that started in that window (the measured call itself) are
+    not used, so a call's bound comes from the rest of the run (stock's requests of the same
+    question among them), never from the call it bounds. A shape with no smaller lone request
+    elsewhere counts 0 (always safe). With no model of batching, the LLM engine's floor is only the
+    longest single request. Embedding: 0.
     """
 
-    name = "measured (lone requests of the run)"
+    name = "measured (fastest of the run's other requests, lone shapes)"
 
-    def __init__(self, rows: Iterable[dict[str, Any]]) -> None:
-        self.lone = lone_requests(list(rows))
+    def __init__(self, rows: Iterable[dict[str, Any]], exclude: tuple[float, float] | None = None) -> None:
+        rows = list(rows)
+        keep = (lambda r: True) if exclude is None else (lambda r: not exclude[0] <= r["start"] <= exclude[1])
+        observed = [(shape, s) for r in rows if keep(r) for shape, s in _shape_time(r)]
+        lone = [(shape, s) for r in lone_rows(rows) if keep(r) for shape, s in _shape_time(r)]
+        self.lone: list[tuple[Shape, float]] = [
+            (shape, min([s] + [t for other, t in observed if _no_more_work(shape, other)])) for shape, s in lone]
 
     def llm_alone_s(self, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> float:
-        uncached = max(0, prompt_tokens - cached_tokens)
-        return max((s for u, n, s in self.lone if u <= uncached and n <= completion_tokens), default=0.0)
+        q = (prompt_tokens, max(0, prompt_tokens - cached_tokens), completion_tokens)
+        return max((s for shape, s in self.lone if _no_more_work(shape, q)), default=0.0)
 
     def embed_batch_s(self, texts: int, tokens: int) -> float:
         return 0.0
 
 
-def lone_requests(rows: list[dict[str, Any]]) -> list[tuple[int, int, float]]:
-    """``(uncached prompt tokens, completion tokens, seconds)`` of the rows no other row overlapped."""
+def _no_more_work(r: Shape, q: Shape) -> bool:
+    return all(a <= b for a, b in zip(r, q, strict=True))
+
+
+def _shape_time(r: dict[str, Any]) -> list[tuple[Shape, float]]:
+    """``[(shape, seconds)]`` of a finished row with token counts, else ``[]``."""
+    if r.get("end") is None or r.get("aborted") or r.get("prompt_tokens") is None or r.get("completion_tokens") is None:
+        return []
+    prompt = int(r["prompt_tokens"])
+    shape = (prompt, max(0, prompt - int(r.get("cached_tokens") or 0)), int(r["completion_tokens"]))
+    return [(shape, float(r["end"] - r["start"]))]
+
+
+def lone_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The finished rows that no other finished row overlapped."""
     rows = sorted((r for r in rows if r.get("end") is not None and not r.get("aborted")), key=lambda r: r["start"])
     out, latest_end = [], -math.inf  # the latest end among the rows started before this one
     for i, r in enumerate(rows):
         before, latest_end = latest_end > r["start"], max(latest_end, r["end"])
         after = i + 1 < len(rows) and rows[i + 1]["start"] < r["end"]
-        if r.get("prompt_tokens") is None or r.get("completion_tokens") is None:
-            continue
         if not before and not after:
-            uncached = max(0, int(r["prompt_tokens"]) - int(r.get("cached_tokens") or 0))
-            out.append((uncached, int(r["completion_tokens"]), float(r["end"] - r["start"])))
+            out.append(r)
     return out
 
 

@@ -223,16 +223,64 @@ def test_embedding_floor_batches_everything_when_batching_pays() -> None:
     assert embed_engine_floor_s(service, 40) < 4 * model.items_cost(10)
 
 
-def test_measured_model_uses_lone_requests_of_no_larger_shape() -> None:
-    rows = [{"start": 0.0, "end": 1.0, "prompt_tokens": 100, "completion_tokens": 10, "cached_tokens": 0},
-            {"start": 2.0, "end": 2.5, "prompt_tokens": 50, "completion_tokens": 5, "cached_tokens": 0},
-            {"start": 3.0, "end": 5.0, "prompt_tokens": 400, "completion_tokens": 40, "cached_tokens": 0},
-            {"start": 4.0, "end": 6.0, "prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0}]  # overlaps
+def _row(start: float, end: float, prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+    return {"start": start, "end": end, "prompt_tokens": prompt, "completion_tokens": completion,
+            "cached_tokens": cached}
+
+
+def test_measured_model_uses_lone_requests_of_no_more_work() -> None:
+    rows = [_row(0.0, 1.0, 100, 10), _row(2.0, 2.5, 50, 5),
+            _row(3.0, 5.0, 400, 40), _row(4.0, 6.0, 10, 1)]  # the last two overlap: not lone
     m = MeasuredServiceModel(rows)
     assert m.llm_alone_s(100, 0, 10) == pytest.approx(1.0)
     assert m.llm_alone_s(100, 50, 10) == pytest.approx(0.5)  # 50 uncached: only the 50-token request fits
     assert m.llm_alone_s(10, 0, 1) == 0.0  # no lone request that small: counts 0
     assert m.llm_alone_s(1000, 0, 100) == pytest.approx(1.0)  # the overlapping pair are not lone
+
+
+def test_a_longer_context_is_more_work_even_when_cached() -> None:
+    # 400 prompt tokens, 350 of them cached: as little prefill as a 50-token prompt, but every decode step
+    # reads a 400-token context, so it says nothing about a 60-token prompt's service
+    m = MeasuredServiceModel([_row(0.0, 3.0, 400, 10, cached=350)])
+    assert m.llm_alone_s(60, 0, 10) == 0.0
+    assert m.llm_alone_s(400, 350, 10) == pytest.approx(3.0)
+
+
+def test_a_slow_lone_measurement_is_capped_by_a_faster_request_of_more_work() -> None:
+    # the lone 2.0 s is noise: a request with more of every kind of work took 1.2 s while sharing the server
+    rows = [_row(0.0, 2.0, 100, 10), _row(3.0, 4.2, 120, 12), _row(3.5, 4.0, 5, 1)]
+    m = MeasuredServiceModel(rows)
+    assert m.llm_alone_s(100, 0, 10) == pytest.approx(1.2)
+
+
+def test_the_measured_call_never_bounds_itself() -> None:
+    rows = [_row(0.0, 1.0, 100, 10), _row(2.0, 2.9, 100, 10)]
+    assert MeasuredServiceModel(rows, exclude=(1.5, 3.0)).llm_alone_s(100, 0, 10) == pytest.approx(1.0)
+    assert MeasuredServiceModel(rows, exclude=(-1.0, 3.0)).llm_alone_s(100, 0, 10) == 0.0
+
+
+@given(st.lists(st.tuples(st.integers(1, 400), st.integers(0, 400), st.integers(1, 64), st.floats(0.0, 1.0),
+                          st.floats(0.0, 1.0)), min_size=1, max_size=12))
+def test_no_request_is_bounded_above_a_measurement_of_as_much_work(
+        shapes: list[tuple[int, int, int, float, float]]) -> None:
+    # true service grows with work; each measurement adds its own non-negative noise. The same requests run
+    # twice (stock's run, then the measured call): no request of the call is priced above stock's measurement
+    # of it, so a call that ran its requests one after another as fast as stock did never reads below 1.0
+    def true_s(p: int, u: int, n: int) -> float:
+        return 0.05 + 0.001 * u + 0.0001 * p * n + 0.02 * n
+
+    rows: list[dict[str, Any]] = []
+    for run in (0, 1):
+        for p, cached, n, *noise in shapes:
+            u, start = max(0, p - min(cached, p)), rows[-1]["end"] + 0.1 if rows else 0.0
+            rows.append(_row(start, start + true_s(p, u, n) * (1 + noise[run]), p, n, cached=p - u))
+    stock, call = rows[:len(shapes)], rows[len(shapes):]
+    m = MeasuredServiceModel(rows, exclude=(call[0]["start"], call[-1]["end"]))
+    for s, r in zip(stock, call, strict=True):
+        bound = m.llm_alone_s(r["prompt_tokens"], r["cached_tokens"], r["completion_tokens"])
+        assert bound <= (s["end"] - s["start"]) * (1 + 1e-9)
+        assert bound >= true_s(r["prompt_tokens"], r["prompt_tokens"] - r["cached_tokens"],
+                               r["completion_tokens"]) * (1 - 1e-9)  # noise only adds: the estimate is not below
 
 
 @pytest.mark.parametrize("name", ["h100-llama2-7b", "a100-llama2-7b"])
