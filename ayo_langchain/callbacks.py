@@ -15,7 +15,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from langchain_core.callbacks import AsyncCallbackManager, BaseCallbackManager
-from langchain_core.callbacks.manager import AsyncCallbackManagerForRetrieverRun
+from langchain_core.callbacks.manager import AsyncCallbackManagerForChainRun, AsyncCallbackManagerForRetrieverRun
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config, merge_configs, patch_config
 
@@ -93,6 +93,72 @@ class PlannedRetrieverRun:
         """Open the run (as ``BaseRetriever.ainvoke`` does); returns its run manager."""
         name = self.cfg.get("run_name") or self.retriever.get_name()
         return await self.manager.on_retriever_start(None, query, name=name, run_id=self.run_id)
+
+
+@dataclass
+class PlannedChainRun:
+    """A chain run (as ``Runnable._acall_with_config`` / a composite's ``ainvoke`` opens it) whose id
+    is fixed while lowering: the run of a composite Ayo splits into nodes (a nested sequence, a
+    parallel, an ``.assign``, a passthrough) or of a runnable whose steps it lowers (the message
+    history's). The configs of the steps inside (:meth:`child`, made while lowering) name it as
+    their parent before it starts; a node opens it once its input is ready and another ends it.
+    ``reported`` false: no handler would see it (no callbacks, tracer or event stream), and
+    composites are lowered without those nodes.
+    """
+
+    runnable: Any
+    cfg: RunnableConfig
+    streamed: bool = False  # under stock's stream: opened as a transform opens it, its value streamed
+    run_id: UUID = field(default_factory=uuid4)
+    run_manager: Any = None
+    value_in: Any = None
+
+    def __post_init__(self) -> None:
+        from langchain_core.runnables.config import get_async_callback_manager_for_config
+
+        self.cfg = ensure_config(self.cfg)
+        self.manager = get_async_callback_manager_for_config(self.cfg)
+        self.name = self.cfg.get("run_name") or self.runnable.get_name()
+        if self.cfg.get("run_id") is not None:  # the caller's run id names this run, as in stock
+            self.run_id = self.cfg["run_id"]
+
+    @property
+    def reported(self) -> bool:
+        return bool(self.manager.handlers)
+
+    def child(self, tag: str | None = None) -> RunnableConfig:
+        """The run's config for a step inside it (``run_manager.get_child(tag)`` in stock)."""
+        m = self.manager
+        run = AsyncCallbackManagerForChainRun(
+            run_id=self.run_id, handlers=m.handlers, inheritable_handlers=m.inheritable_handlers,
+            parent_run_id=m.parent_run_id, tags=m.tags, inheritable_tags=m.inheritable_tags,
+            metadata=m.metadata, inheritable_metadata=m.inheritable_metadata)
+        return patch_config(self.cfg, callbacks=run.get_child(tag))
+
+    async def start(self, value: Any) -> None:
+        if not self.streamed:
+            self.run_manager = await self.manager.on_chain_start(None, value, name=self.name, run_id=self.run_id)
+            return
+        # Runnable._atransform_stream_with_config: the input is not known when a transform starts
+        self.value_in = value
+        self.run_manager = await self.manager.on_chain_start(None, {"input": ""}, run_type=None, name=self.name,
+                                                             run_id=self.run_id, defers_inputs=False)
+
+    async def end(self, value: Any, chunks: list[Any] | None = None) -> None:
+        """End the run with ``value``; streamed, its ``chunks`` (default: the value) go out first."""
+        run, self.run_manager = self.run_manager, None
+        if run is None:
+            return
+        if not self.streamed:
+            await run.on_chain_end(value)
+            return
+        await shims.tap_stream(run, [value] if chunks is None else chunks)
+        await run.on_chain_end(value, inputs=self.value_in)
+
+    async def fail(self, error: BaseException) -> None:
+        run, self.run_manager = self.run_manager, None
+        if run is not None:
+            await run.on_chain_error(error)
 
 
 def retriever_manager(retriever: Any, cfg: RunnableConfig, with_ls_params: bool = True) -> AsyncCallbackManager:

@@ -33,15 +33,11 @@ import logging
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from uuid import UUID, uuid4
 
-from langchain_core.callbacks.manager import AsyncCallbackManagerForChainRun
 from langchain_core.runnables import RunnableBranch, RunnableConfig
 from langchain_core.runnables.config import (
-    ensure_config,
-    get_async_callback_manager_for_config,
     patch_config,
     var_child_runnable_config,
 )
@@ -49,10 +45,9 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from ayo_core.engines.prompt_warmer import PromptWarmer
 from ayo_core.explain import record_optimization
-from ayo_core.runtime.execute import is_async_callable
-from ayo_core.templates import Opaque, Transform, Warmup
+from ayo_core.templates import Opaque, Warmup
 from ayo_langchain import capture as cap
-from ayo_langchain.callbacks import leaf_config, step_config
+from ayo_langchain.callbacks import PlannedChainRun, leaf_config, step_config
 from ayo_langchain.lower import COST, LOWERINGS, Lowerer
 from ayo_langchain.prefill import cache_kwargs, render_request
 from ayo_shims import langchain as shims
@@ -145,51 +140,6 @@ for _legacy in _legacy_chain_classes():
 
 
 # ---- runs opened at run time, named when the graph is built ------------------------------
-@dataclass
-class PlannedChainRun:
-    """A chain run (as ``Runnable._acall_with_config`` opens it) whose id is fixed when the graph is
-    built, so the configs of the runs inside it (made while lowering) name it as their parent."""
-
-    runnable: Any
-    cfg: RunnableConfig
-    run_id: UUID = field(default_factory=uuid4)
-    run_manager: Any = None
-
-    def __post_init__(self) -> None:
-        self.cfg = ensure_config(self.cfg)
-        self.manager = get_async_callback_manager_for_config(self.cfg)
-        self.name = self.cfg.get("run_name") or self.runnable.get_name()
-        if self.cfg.get("run_id") is not None:
-            self.run_id = self.cfg["run_id"]
-
-    def child(self, tag: str | None = None) -> RunnableConfig:
-        m = self.manager
-        run = AsyncCallbackManagerForChainRun(
-            run_id=self.run_id, handlers=m.handlers, inheritable_handlers=m.inheritable_handlers,
-            parent_run_id=m.parent_run_id, tags=m.tags, inheritable_tags=m.inheritable_tags,
-            metadata=m.metadata, inheritable_metadata=m.inheritable_metadata)
-        return patch_config(self.cfg, callbacks=run.get_child(tag))
-
-    async def start(self, value: Any) -> None:
-        self.run_manager = await self.manager.on_chain_start(None, value, name=self.name, run_id=self.run_id)
-
-    async def end(self, value: Any) -> None:
-        await self.run_manager.on_chain_end(value)
-
-    async def start_with(self, value: Any) -> Any:
-        """Open the run; ``value`` passes on (a node between the steps it wraps and their input)."""
-        await self.start(value)
-        return value
-
-    async def end_with(self, value: Any) -> Any:
-        await self.end(value)
-        return value
-
-
-# composites Ayo reports no run for: the user's chain of that kind gets its run opened here
-_NO_OWN_RUN = (cap.Sequence, cap.Parallel, cap.Assign, cap.Identity)
-
-
 # ---- lowering --------------------------------------------------------------------------
 @contextmanager
 def ambient_config(cfg: RunnableConfig | None) -> Iterator[None]:
@@ -209,7 +159,7 @@ def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str
         cfg = hshims.history_config(m.runnable, cfg)
         # and open the runnable's own run, which the query's run is for a root (its binding names it)
         own_run = PlannedChainRun(m.runnable, shims.binding_config(m.runnable.bound, cfg))
-        src = lw.build(Transform(own_run.start_with, m.label(), takes_ctx=False), {"value": src}, "history_open")
+        src = lw.start_run(own_run, src, m.label(), "history_open")
     # stock runs each of its steps under that step's own config; Ayo's configs are explicit: none is ambient
     # (a graph node streamed by LangGraph has its config there, which merge_configs would fold into each)
     with ambient_config(None):
@@ -218,87 +168,42 @@ def lower_history(lw: Lowerer, m: History, src: str, cfg: RunnableConfig) -> str
 
 def _lower_history_steps(lw: Lowerer, m: History, src: str, cfg: RunnableConfig,
                          own_run: PlannedChainRun | None) -> str:
-    before = set(lw.graph.nodes)
+    # a failure (the store's read, the chain) ends the runs opened here with its error, innermost
+    # first, as in stock (ChainCall.fail_open_runs)
     loaded = lw.lower(m.loader, src, own_run.child("seq:step:1") if own_run is not None
                       else step_config(cfg, lw.run.run_manager, "seq:step:1"))
-    if own_run is not None:  # a store that fails to read ends the runnable's run with its error, as in stock
-        report_errors(lw.graph, set(lw.graph.nodes) - before, [own_run])
     switch_cfg = leaf_config(own_run.child("seq:step:2") if own_run is not None
                              else step_config(cfg, lw.run.run_manager, "seq:step:2"), m.switch.wrappers,
                              m.switch.runnable)
-    body = _lower_switch(lw, m, loaded, switch_cfg, own_run)
+    body = _lower_switch(lw, m, loaded, switch_cfg)
     if own_run is None:
         return body
-    return lw.build(Transform(own_run.end_with, m.label(), takes_ctx=False), {"value": body}, "history_close")
+    return lw.end_run(own_run, body, m.label(), "history_close")
 
 
-def _lower_switch(lw: Lowerer, m: History, loaded: str, switch_cfg: RunnableConfig,
-                  own_run: PlannedChainRun | None) -> str:
-    """check_sync_or_async's step: the user's chain, lowered, under its run and the chain's own run."""
+def _lower_switch(lw: Lowerer, m: History, loaded: str, switch_cfg: RunnableConfig) -> str:
+    """check_sync_or_async's step: the user's chain, lowered, under its run and the chain's own run
+    (a composite's, which its lowering opens: the listeners' tracer writes the history when it ends)."""
     switch_run = PlannedChainRun(m.switch.runnable, switch_cfg)
     limit = switch_run.cfg["recursion_limit"]
     # what check_sync_or_async returns under this call (sync: with_listeners, async: with_alisteners),
     # invoked as RunnableLambda invokes a returned runnable; its config factory adds the listeners' tracer
     listened = m.listened[0] if lw.run.sync else m.listened[1]
     inner_cfg = shims.binding_config(listened, patch_config(switch_run.child(), recursion_limit=limit - 1))
-    inner_run = PlannedChainRun(m.inner.runnable, inner_cfg) if isinstance(m.inner, _NO_OWN_RUN) else None
     switch = m.switch.runnable
 
-    async def start(ctx: Any, value: Any) -> Any:
+    def within_limit(value: Any) -> None:
         if limit <= 0:
             raise RecursionError(f"Recursion limit reached when invoking {switch} with input {value}.")
-        await switch_run.start(value)
-        if inner_run is not None:
-            await inner_run.start(value)
-        return value
 
-    started = lw.build(Transform(start, m.switch.label(), takes_ctx=True), {"value": loaded}, "history_start")
-    before = set(lw.graph.nodes)
+    started = lw.start_run(switch_run, loaded, m.switch.label(), "history_start", check=within_limit)
     if isinstance(m.inner, cap.Lambda):
         # a lambda's run is the listeners' root; Ayo ends a routing lambda's run with the runnable it
         # returns (its expansion runs after), so the history would be written from that: call it as-is
         body = lw._call_node("opaque", m.inner, started, inner_cfg, COST["opaque"], kind=Opaque)
     else:
-        body = lw.lower(m.inner, started, inner_run.child() if inner_run is not None else inner_cfg)
-    report_errors(lw.graph, set(lw.graph.nodes) - before, [r for r in (inner_run, switch_run, own_run) if r is not None])
-
-    async def end(ctx: Any, value: Any) -> Any:
-        if inner_run is not None:
-            await inner_run.end(value)  # the listeners' tracer writes the history here, as in stock
-        await switch_run.end(value)
-        return value
-
-    return lw.build(Transform(end, m.switch.label(), takes_ctx=True), {"value": body}, "history_end")
-
-
-def report_errors(graph: Any, names: set[str], runs: list[PlannedChainRun]) -> None:
-    """Make the nodes ``names`` (the user's chain, lowered) end ``runs`` (innermost first) with their
-    error when one fails, as stock ends the chain's run and check_sync_or_async's around a failure.
-    (Nodes a branch adds at run time are not covered: their error ends only the query's run.)"""
-    failed: list[BaseException] = []
-
-    async def fail(exc: BaseException) -> None:
-        if failed:
-            return
-        failed.append(exc)
-        for run in runs:
-            if run.run_manager is not None:
-                await run.run_manager.on_chain_error(exc)
-
-    def reporting(fn: Any) -> Any:
-        async def node_fn(ctx: Any, /, **inputs: Any) -> Any:
-            try:
-                return await fn(ctx, **inputs)
-            except Exception as exc:
-                await fail(exc)
-                raise
-
-        return node_fn
-
-    for name in names:
-        node = graph.nodes[name]
-        if is_async_callable(node.fn):  # a sync fn runs in a thread: left as it is
-            graph.replace(node.replace(fn=reporting(node.fn)))
+        body = lw.lower(m.inner, started, inner_cfg)
+    return lw.end_run(switch_run, body, m.switch.label(), "history_end")
 
 
 def lower_history_aware(lw: Lowerer, m: HistoryAware, src: str, cfg: RunnableConfig) -> str:

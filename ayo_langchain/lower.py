@@ -38,7 +38,7 @@ from ayo_core.runtime.context import Expand
 from ayo_core.templates import Opaque, Route, StepLLMCall, Transform
 from ayo_core.templates.builder import GraphBuilder
 from ayo_langchain import capture as cap
-from ayo_langchain.callbacks import child, leaf_config, start_chain_run, step_config
+from ayo_langchain.callbacks import PlannedChainRun, child, leaf_config, start_chain_run, step_config
 from ayo_shims import langchain as shims
 from ayo_shims import openai_client
 
@@ -62,6 +62,13 @@ class ChainCall:
     tail_from: int | None = None  # top-level sequence steps from here run outside the graph (astream)
     sync: bool = False  # the user called a sync method: user objects run their sync code, as in stock
     streaming: bool = False  # the user called stream/astream: stock runs every step's transform
+    open_runs: list[Any] = field(default_factory=list)  # composites' runs started and not ended (PlannedChainRun)
+
+    async def fail_open_runs(self, error: BaseException) -> None:
+        """End the composites' runs a failure left open with the error, innermost first, as stock's
+        exception ends them while it propagates out."""
+        while self.open_runs:
+            await self.open_runs.pop().fail(error)
 
 
 async def stream_user(run: ChainCall, runnable: Any, value: Any, cfg: RunnableConfig) -> Any:
@@ -122,11 +129,10 @@ class Lowerer(GraphBuilder):
         steps = m.steps
         if top and self.run.tail_from is not None:
             steps = steps[: self.run.tail_from + 1]
+        planned, src = self.composite_run(m, src, cfg)
         outs = [src]
         for i, step in enumerate(steps):
-            # leaves carry the tag of their innermost composite position, as in stock (tags of
-            # get_child are local to the child run; composites themselves report no run here)
-            step_cfg = step_config(cfg, self.run.run_manager, f"seq:step:{i + 1}")
+            step_cfg = self.composite_step_config(planned, cfg, f"seq:step:{i + 1}")
             early = None
             if isinstance(step, cap.Model) and i >= 2 and self.plan.prefill_split:
                 from ayo_langchain.prefill import early_inputs
@@ -136,13 +142,14 @@ class Lowerer(GraphBuilder):
                 outs.append(self._lower_model(step, outs[-1], step_cfg, early=early))
             else:
                 outs.append(self.lower(step, outs[-1], step_cfg))
-        return outs[-1]
+        return self.composite_end(planned, m, outs[-1])
 
     def _lower_parallel(self, m: cap.Parallel, src: str, cfg: RunnableConfig) -> str:
+        planned, src = self.composite_run(m, src, cfg)
         keys = list(m.branches)
         inputs = {}
         for i, key in enumerate(keys):
-            branch_cfg = step_config(cfg, self.run.run_manager, f"map:key:{key}")
+            branch_cfg = self.composite_step_config(planned, cfg, f"map:key:{key}")
             inputs[f"v{i}"] = self.lower(m.branches[key], src, branch_cfg)
 
         async def as_dict(ctx: Any, **values: Any) -> dict[str, Any]:
@@ -150,7 +157,7 @@ class Lowerer(GraphBuilder):
 
         out = self.build(Transform(as_dict, m.label(), takes_ctx=True), inputs, "dict")
         self.dict_sources[out] = dict(zip(keys, inputs.values(), strict=True))
-        return out
+        return self.composite_end(planned, m, out)
 
     def _lower_assign(self, m: cap.Assign, src: str, cfg: RunnableConfig) -> str:
         async def must_be_dict(ctx: Any, value: Any) -> Any:
@@ -158,16 +165,102 @@ class Lowerer(GraphBuilder):
                 raise ValueError("The input to RunnablePassthrough.assign() must be a dict.")
             return value
 
-        # the check runs before the mapper, as in RunnableAssign._ainvoke
+        # the check runs inside the assign's run, before the mapper's, as in RunnableAssign._ainvoke
+        planned, src = self.composite_run(m, src, cfg)
         checked = self.build(Transform(must_be_dict, m.label(), takes_ctx=True), {"value": src}, "assign_input")
-        mapped = self._lower_parallel(m.mapper, checked, cfg)
+        mapped = self._lower_parallel(m.mapper, checked, planned.child() if planned is not None else cfg)
 
         async def merge(ctx: Any, base: dict, new: dict) -> dict:
             return {**base, **new}
 
         out = self.build(Transform(merge, m.label(), takes_ctx=True), {"base": checked, "new": mapped}, "assign")
         self.dict_sources[out] = {**self.dict_sources[mapped], "__base__": checked}
+        return self.composite_end(planned, m, out)
+
+    def _lower_identity(self, m: cap.Identity, src: str, cfg: RunnableConfig) -> str:
+        """``RunnablePassthrough()``: no node, unless a handler sees its run (then one opens and ends it)."""
+        planned = self.planned_run(m, cfg)
+        if planned is None:
+            return src
+
+        async def passthrough(ctx: Any, value: Any) -> Any:
+            await planned.start(value)
+            await planned.end(value)
+            return value
+
+        out = self.build(Transform(passthrough, m.label(), takes_ctx=True), {"value": src}, "passthrough")
+        self._same_value(src, out)
         return out
+
+    # ---- the runs of composites -----------------------------------------------------------
+    def composite_step_config(self, planned: PlannedChainRun | None, cfg: RunnableConfig, tag: str) -> RunnableConfig:
+        """Config of a composite's step: a child of the composite's run; with no run reported, of the
+        nearest run that is (the query's, a branch's, a retriever's), tagged as stock tags it."""
+        if planned is not None:
+            return planned.child(tag)
+        return step_config(cfg, self.run.run_manager, tag)
+
+    def composite_run(self, m: cap.Module, src: str, cfg: RunnableConfig) -> tuple[PlannedChainRun | None, str]:
+        """Composite ``m``'s run, opened by a node once ``src`` is ready, if a handler would see it:
+        the run (or None) and the node its steps read (``src``'s value, passed on). The root's run
+        is the query's own (``ChainCall.run_manager``): no other."""
+        planned = self.planned_run(m, cfg)
+        if planned is None:
+            return None, src
+        return planned, self.start_run(planned, src, m.label(), "run_start")
+
+    def planned_run(self, m: cap.Module, cfg: RunnableConfig) -> PlannedChainRun | None:
+        """Composite ``m``'s own run if a handler would see it; None for the root (its run is the
+        query's, ``ChainCall.run_manager``) or where nothing is listening."""
+        if m is self.plan.root and not self.prefix:
+            return None
+        planned = PlannedChainRun(m.runnable, leaf_config(cfg, m.wrappers, m.runnable), streamed=self.streams_models())
+        return planned if planned.reported else None
+
+    def composite_end(self, planned: PlannedChainRun | None, m: cap.Module, out: str) -> str:
+        if planned is None:
+            return out
+        return self.end_run(planned, out, m.label(), "run_end", chunks=stream_chunks(m))
+
+    def start_run(self, planned: PlannedChainRun, src: str, label: str, name: str,
+                  check: Callable[[Any], None] | None = None) -> str:
+        """A node that opens ``planned`` with ``src``'s value (after ``check`` of it) and passes the
+        value on. Until a node of :meth:`end_run` ends it, a failure of the query ends it with the
+        error (``ChainCall.fail_open_runs``: innermost first, as stock's exception does)."""
+        call = self.run
+
+        async def start(ctx: Any, value: Any) -> Any:
+            if check is not None:
+                check(value)
+            await planned.start(value)
+            call.open_runs.append(planned)
+            return value
+
+        node = self.build(Transform(start, label, takes_ctx=True), {"value": src}, name)
+        self._same_value(src, node)
+        return node
+
+    def end_run(self, planned: PlannedChainRun, out: str, label: str, name: str,
+                chunks: Callable[[Any], list[Any]] | None = None) -> str:
+        """A node that ends ``planned`` with ``out``'s value and passes it on (streamed: ``chunks`` of
+        the value are the run's stream)."""
+        call = self.run
+
+        async def end(ctx: Any, value: Any) -> Any:
+            call.open_runs.remove(planned)
+            await planned.end(value, chunks(value) if chunks is not None else None)
+            return value
+
+        node = self.build(Transform(end, label, takes_ctx=True), {"value": out}, name)
+        self._same_value(out, node)
+        return node
+
+    def _same_value(self, src: str, node: str) -> None:
+        """``node`` holds ``src``'s value: what prefill splitting and progressive prefill know of it carries over."""
+        if src in self.dict_sources:
+            self.dict_sources[node] = self.dict_sources[src]
+        if src in self.progress:
+            self.progress[node] = self.progress[src]
 
     # ---- leaves that call the user's object ---------------------------------------------
     def _call_node(self, label: str, m: cap.Module, src: str, cfg: RunnableConfig, cost: float,
@@ -201,6 +294,8 @@ class Lowerer(GraphBuilder):
                         return await asyncio.to_thread(_transform_once, lam, value, run_cfg)
                     return await asyncio.to_thread(lam.invoke, value, run_cfg)
                 out = await asyncio.to_thread(shims.call_with_config, lam, _lambda_body_sync(lam), value, run_cfg)
+            elif self.streams_models():  # stock's stream runs the lambda's transform: its run streams the value
+                out = await shims.atransform_with_config(lam, _lambda_body(lam, m.inline), value, run_cfg)
             else:
                 out = await shims.acall_with_config(lam, _lambda_body(lam, m.inline), value, run_cfg)
             if not isinstance(out, Runnable):
@@ -293,13 +388,30 @@ def _calls(label: str, cost: float) -> Callable[..., str]:
 
 
 for _cls, _lower in ((cap.Sequence, Lowerer._lower_sequence), (cap.Parallel, Lowerer._lower_parallel),
-                     (cap.Identity, lambda lw, m, src, cfg: src), (cap.Assign, Lowerer._lower_assign),
+                     (cap.Identity, Lowerer._lower_identity), (cap.Assign, Lowerer._lower_assign),
                      (cap.Lambda, Lowerer._lower_lambda), (cap.Branch, Lowerer._lower_branch),
                      (cap.Model, Lowerer._lower_model), (cap.Opaque, Lowerer._lower_opaque),
                      (cap.Prompt, _calls("prompt", COST["prompt"])), (cap.Parser, _calls("parser", COST["parser"])),
                      (cap.Pick, _calls("pick", COST["parser"]))):
     LOWERINGS.add(_cls, _lower)
 # the retrievers' lowerings are registered by ayo_langchain.retrieval, the chat history's by ayo_langchain.history
+
+
+def stream_chunks(m: cap.Module) -> Callable[[Any], list[Any]]:
+    """What composite ``m`` streams for its value under stock's stream, once every part is done: a
+    parallel one ``{key: value}`` chunk per key; an ``.assign`` the input's other keys, then one chunk
+    per assigned key (``RunnableAssign._atransform``); a sequence or a passthrough its value."""
+    if isinstance(m, cap.Parallel):
+        return lambda value: [{k: v} for k, v in value.items()]
+    if isinstance(m, cap.Assign) and m.mapper is not None:
+        keys = list(m.mapper.branches)
+
+        def assign_chunks(value: dict) -> list[Any]:
+            rest = {k: v for k, v in value.items() if k not in keys}
+            return ([rest] if rest else []) + [{k: value[k]} for k in keys]
+
+        return assign_chunks
+    return lambda value: [value]
 
 
 def is_language_model(m: cap.Module) -> bool:

@@ -31,7 +31,7 @@ from ayo_core.runtime.errors import Captured, capturing
 from ayo_core.templates import Aggregate, Opaque, StepRetrieval, Transform
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
-from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, reported, start_retriever_run, step_config
+from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, reported, start_retriever_run
 from ayo_langchain.lower import COST, LOWERINGS, Lowerer, call_user
 
 Retrieve = Callable[[Any, Any], Awaitable[Any]]
@@ -178,12 +178,14 @@ def _lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCo
                                                  costs=(COST["embed"], COST["search"])), {"query": started},
                                    "mq_original")
     if pipelined:
-        # the query chain's steps carry the tags its sequence gives them in stock
-        pv = lw.lower(steps[0], q_dict, step_config(chain_cfg, None, "seq:step:1"))
+        # the query chain's steps run under its sequence's run (when reported), tagged as in stock
+        seq_run, chain_in = lw.composite_run(m.llm_chain, q_dict, chain_cfg)
+        pv = lw.lower(steps[0], chain_in, lw.composite_step_config(seq_run, chain_cfg, "seq:step:1"))
         generated = asyncio.Event()
-        gen = lw._lower_model(steps[1], pv, step_config(chain_cfg, None, "seq:step:2"),
+        gen = lw._lower_model(steps[1], pv, lw.composite_step_config(seq_run, chain_cfg, "seq:step:2"),
                               parts=line_parts(steps[2].runnable), finished=generated)
-        inputs["lines"] = lw.lower(steps[2], gen, step_config(chain_cfg, None, "seq:step:3"))
+        lines = lw.lower(steps[2], gen, lw.composite_step_config(seq_run, chain_cfg, "seq:step:3"))
+        inputs["lines"] = lw.composite_end(seq_run, m.llm_chain, lines)
         inputs["per"] = lw.build(StepRetrieval(m.retriever.label(), per_part=True, retrieve=retrieve,
                                                costs=(COST["embed"], COST["search"])), {"query": gen}, "mq_retrieve")
     else:

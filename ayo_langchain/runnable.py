@@ -358,7 +358,11 @@ class OptimizedRunnable(Runnable):
 
     async def _execute(self, input: Any, run: ChainCall) -> Any:
         # the pipeline raises a node's failure as the user's own exception (the stock chain's)
-        value, trace = await self.pipeline.run_traced({"input": input}, run)
+        try:
+            value, trace = await self.pipeline.run_traced({"input": input}, run)
+        except BaseException as exc:
+            await run.fail_open_runs(exc)
+            raise
         self.last_trace = trace
         self.last_traces = [*self.last_traces[-1023:], trace]  # this batch's traces (reset per call)
         return value

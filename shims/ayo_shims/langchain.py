@@ -98,6 +98,55 @@ async def acall_with_config(runnable: Any, func: Callable[..., Any], value: Any,
     return await runnable._acall_with_config(func, value, config)
 
 
+_STREAM_WHY = ("under astream/astream_events a lambda (and a composite Ayo splits into nodes) runs as stock's stream "
+               "runs it: through its transform, which opens its run with no input, gives its value as a stream "
+               "chunk to astream_events' handler, and ends the run with the input")
+RUNNABLE_ATRANSFORM_WITH_CONFIG = declare(
+    "langchain_core.runnables.base.Runnable._atransform_stream_with_config", framework=LANGCHAIN_CORE,
+    checked=CORE_CHECKED, why=_STREAM_WHY,
+    check=has_params("langchain_core.runnables.base", "Runnable._atransform_stream_with_config",
+                     ["inputs", "transformer", "config"]))
+STREAMING_HANDLER = declare(
+    "langchain_core.tracers._streaming._StreamingCallbackHandler", framework=LANGCHAIN_CORE, checked=CORE_CHECKED,
+    why=_STREAM_WHY, check=has_attr("langchain_core.tracers._streaming", "_StreamingCallbackHandler",
+                                    "tap_output_aiter"))
+
+
+async def atransform_with_config(runnable: Any, func: Callable[..., Any], value: Any, config: Any) -> Any:
+    """``await func(value, run_manager, config)`` under the run ``runnable``'s transform opens (stock's
+    stream path), over the one-chunk input ``value``; its result is the one chunk it streams."""
+    async def one() -> Any:
+        yield value
+
+    async def transformer(chunks: Any, run_manager: Any, config: Any) -> Any:
+        final = None
+        async for chunk in chunks:
+            final = chunk
+        yield await func(final, run_manager, config)
+
+    out = None
+    async for chunk in runnable._atransform_stream_with_config(one(), transformer, config):
+        out = chunk
+    return out
+
+
+async def tap_stream(run_manager: Any, chunks: list[Any]) -> None:
+    """Give ``chunks`` as ``run_manager``'s run's stream to the streaming handler among its handlers
+    (astream_events', astream_log's), as a transform's output is tapped in stock; none: nothing."""
+    from langchain_core.tracers._streaming import _StreamingCallbackHandler
+
+    handler = next((h for h in run_manager.handlers if isinstance(h, _StreamingCallbackHandler)), None)
+    if handler is None:
+        return
+
+    async def each() -> Any:
+        for chunk in chunks:
+            yield chunk
+
+    async for _ in handler.tap_output_aiter(run_manager.run_id, each()):
+        pass
+
+
 # ---- pydantic (as LangChain's runnables use it) -------------------------------------------
 
 

@@ -1,0 +1,152 @@
+"""``astream_events`` of an optimized chain against stock's: the same runs (composites Ayo splits into
+nodes included), each with the same events in the same order, under the same parents, with the same
+names, tags and payloads (run ids and message ids aside: random in both).
+
+What is not compared, and why (docs/observability.md): the global interleaving of events of
+different runs. Stock's stream is one chain of generators pulled by the caller, so a composite's
+stream chunk follows its last step's chunk at once, and each model token is pulled through the parser
+before the next is read. Ayo runs the steps as graph nodes: a composite streams its value when its
+last step has ended, and the model's tokens are read as the server sends them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnableLambda, RunnableParallel, RunnablePassthrough
+
+import ayo_langchain
+from tests.ayo_langchain.lc_helpers import FakeOpenAIServer, fake_chat
+
+PROMPT = ChatPromptTemplate.from_messages([("human", "Context: {context}\nQuestion: {question}")])
+
+
+def fetch(question: str) -> list[str]:
+    return [f"doc about {question}", "doc two"]
+
+
+def fmt(docs: list[str]) -> str:
+    return "\n".join(docs)
+
+
+def dict_first(server: FakeOpenAIServer) -> tuple[Any, Any]:
+    chain = ({"context": RunnableLambda(fetch) | fmt, "question": RunnablePassthrough()}
+             | PROMPT | fake_chat(server) | StrOutputParser())
+    return chain, "what is x?"
+
+
+def assign_first(server: FakeOpenAIServer) -> tuple[Any, Any]:
+    chain = (RunnablePassthrough.assign(context=RunnableLambda(lambda d: fetch(d["question"])) | fmt)
+             | PROMPT | fake_chat(server) | StrOutputParser())
+    return chain, {"question": "what is x?"}
+
+
+def nested(server: FakeOpenAIServer) -> tuple[Any, Any]:
+    inner = RunnableParallel(context=RunnableLambda(fetch) | RunnableLambda(fmt).with_config(tags=["fmt"]),
+                             question=RunnablePassthrough())
+    chain = (RunnableLambda(str.strip, name="tidy") | inner.with_config(run_name="gather", tags=["g"])
+             | PROMPT | fake_chat(server) | StrOutputParser())
+    return chain, "  what is x?  "
+
+
+_IDS = re.compile(r"(lc_run--|run-)[0-9a-f-]{36}")
+
+
+def _canonical(value: Any) -> Any:
+    """Dicts in key order: a parallel's value is its chunks added up as they come, in stock too."""
+    if isinstance(value, dict):
+        return {k: _canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def _plain(value: Any) -> str:
+    return _IDS.sub(r"\1<id>", repr(_canonical(value)))
+
+
+async def _runs(chain: Any, x: Any) -> tuple[dict[str, list[tuple]], list[tuple]]:
+    """Per run (named by its path of names from the root): its events in order; and the runs, each
+    with its parent's path."""
+    events: dict[str, list[tuple]] = defaultdict(list)
+    paths: dict[str, tuple[str, ...]] = {}
+    async for e in chain.astream_events(x, {"tags": ["user"], "metadata": {"who": "me"}}, version="v2"):
+        parents = tuple(paths.get(p, ("?",))[-1] for p in e["parent_ids"])
+        path = paths.setdefault(e["run_id"], (*parents, e["name"]))
+        events["/".join(path) + " " + ",".join(e["tags"])].append(
+            (e["event"], tuple(sorted(e["metadata"].items())), _plain(e["data"])))
+    return dict(events), sorted(paths.values())
+
+
+@pytest.mark.parametrize("build", [dict_first, assign_first, nested])
+def test_astream_events_v2_are_stocks_run_by_run(build: Any) -> None:
+    server = FakeOpenAIServer()
+    stock, x = build(server)
+    fast = ayo_langchain.optimize(build(server)[0])
+    want_events, want_runs = asyncio.run(_runs(stock, x))
+    got_events, got_runs = asyncio.run(_runs(fast, x))
+    assert got_runs == want_runs
+    assert len(want_runs) >= 8  # the composites' runs are there: the parallel, the inner sequence, the passthrough
+    for run in want_events:
+        name = run.split(" ")[0].split("/")[-1]
+        if name.startswith(("RunnableParallel", "RunnableAssign", "gather")):
+            # a parallel's chunks (one per key) come as its branches finish, in stock too: an order of timing
+            assert sorted(got_events[run]) == sorted(want_events[run]), run
+        else:
+            assert got_events[run] == want_events[run], run
+    assert set(got_events) == set(want_events)
+
+
+def test_composite_runs_cost_no_node_when_nothing_listens() -> None:
+    # the runs are opened by nodes only where a handler would see them: an unobserved call's graph is as before
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    server = FakeOpenAIServer()
+    chain, x = nested(server)
+    fast = ayo_langchain.optimize(chain)
+    fast.invoke(x)
+    plain_nodes = set(fast.last_graph.nodes)
+    assert not [n for n in plain_nodes if n.endswith(("run_start", "run_end", "passthrough"))]
+    fast.invoke(x, {"callbacks": [BaseCallbackHandler()]})
+    observed = set(fast.last_graph.nodes) - plain_nodes
+    assert len([n for n in observed if n.endswith("run_start")]) == 2  # the gather parallel, its inner sequence
+    assert len([n for n in observed if n.endswith("passthrough")]) == 1
+
+
+def test_a_failure_ends_the_composites_runs_innermost_first_as_stock() -> None:
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class Errors(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.names: dict[Any, str] = {}
+            self.errors: list[str] = []
+
+        def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: Any, **kw: Any) -> None:
+            self.names[run_id] = kw.get("name") or ""
+
+        def on_chain_error(self, error: BaseException, *, run_id: Any, **kw: Any) -> None:
+            self.errors.append(f"{self.names[run_id]}: {error}")
+
+    def broken(docs: list[str]) -> str:
+        raise ValueError("cannot format")
+
+    def build(server: FakeOpenAIServer) -> Any:
+        inner = RunnableParallel(context=RunnableLambda(fetch) | RunnableLambda(broken), question=RunnablePassthrough())
+        return RunnableLambda(str.strip, name="tidy") | inner | PROMPT | fake_chat(server) | StrOutputParser()
+
+    server = FakeOpenAIServer()
+    stock, fast = build(server), ayo_langchain.optimize(build(server))
+    want, got = Errors(), Errors()
+    with pytest.raises(ValueError, match="cannot format"):
+        stock.invoke("x", {"callbacks": [want]})
+    with pytest.raises(ValueError, match="cannot format"):
+        fast.invoke("x", {"callbacks": [got]})
+    assert got.errors == want.errors
+    assert [e.split(":")[0] for e in got.errors] == ["broken", "RunnableSequence", "RunnableParallel<context,question>",
+                                                     "RunnableSequence"]
