@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import ayo_langchain
 from tests.adapters.common import DOCS, Event, Knobs, event_paths
 from tests.ayo_langchain.lc_helpers import FakeOpenAIServer, fake_chat, format_docs
 
+_IDS = re.compile(r"(lc_run--|run-)[0-9a-f-]{36}")  # a message's id names its run: random in both
 PROMPT = ChatPromptTemplate.from_messages([("human", "Context: {context}\nQuestion: {question}")])
 
 
@@ -43,6 +45,10 @@ class EventRecorder(BaseCallbackHandler):
         self.runs: dict[UUID, tuple[str, UUID | None]] = {}
         self.order: list[UUID] = []
         self.outcome: dict[UUID, str] = {}
+        self.payloads: list[tuple[str, str, str]] = []  # (run label, start|end, what the hook got)
+
+    def _payload(self, run_id: UUID, when: str, value: Any) -> None:
+        self.payloads.append((self.runs[run_id][0], when, _IDS.sub(r"\1<id>", repr(value))))
 
     def _start(self, kind: str, run_id: UUID, parent_run_id: UUID | None, name: str | None) -> None:
         self.runs[run_id] = (f"{kind}:{name or ''}", parent_run_id)
@@ -51,10 +57,12 @@ class EventRecorder(BaseCallbackHandler):
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                        **kw: Any) -> None:
         self._start("chain", run_id, parent_run_id, kw.get("name"))
+        self._payload(run_id, "start", (inputs, kw.get("tags"), kw.get("metadata")))
 
     def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID,
                             parent_run_id: UUID | None = None, **kw: Any) -> None:
         self._start("chat_model", run_id, parent_run_id, kw.get("name"))
+        self._payload(run_id, "start", (messages, kw.get("tags"), kw.get("metadata"), kw.get("invocation_params")))
 
     def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                      **kw: Any) -> None:
@@ -63,18 +71,22 @@ class EventRecorder(BaseCallbackHandler):
     def on_retriever_start(self, serialized: Any, query: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                            **kw: Any) -> None:
         self._start("retriever", run_id, parent_run_id, kw.get("name"))
+        self._payload(run_id, "start", (query, kw.get("tags"), kw.get("metadata")))
 
     def _end(self, run_id: UUID, how: str) -> None:
         self.outcome[run_id] = how
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kw: Any) -> None:
         self._end(run_id, "end")
+        self._payload(run_id, "end", outputs)
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kw: Any) -> None:
         self._end(run_id, "end")
+        self._payload(run_id, "end", response)
 
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kw: Any) -> None:
         self._end(run_id, "end")
+        self._payload(run_id, "end", documents)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> None:
         self._end(run_id, "error")
@@ -141,6 +153,11 @@ class LangChainCase:
         recorder = EventRecorder()
         obj.invoke(question, {"callbacks": [recorder], "run_name": "rag"})  # the root: not "RunnableSequence"
         return recorder.paths()
+
+    def payloads(self, obj: Any, question: str) -> list[tuple]:
+        recorder = EventRecorder()
+        obj.invoke(question, {"callbacks": [recorder], "run_name": "rag", "tags": ["user"], "metadata": {"who": "me"}})
+        return sorted(recorder.payloads)
 
     def bad_input(self, obj: Any) -> Any:
         return obj.invoke({"question": "not a string"})  # a dict reaches the vector retriever

@@ -31,15 +31,18 @@ class EventRecorder(BaseCallbackHandler):
         self.runs: dict[str, tuple[str, str]] = {}
         self.order: list[str] = []
         self.ended: set[str] = set()
+        self.payloads: list[tuple[str, str, Any]] = []  # (event type, start|end, payload summary)
 
     def on_event_start(self, event_type: Any, payload: Any = None, event_id: str = "", parent_id: str = "",
                        **kwargs: Any) -> str:
         self.runs[event_id] = (event_type.value, parent_id)
         self.order.append(event_id)
+        self.payloads.append((event_type.value, "start", summary(payload)))
         return event_id
 
     def on_event_end(self, event_type: Any, payload: Any = None, event_id: str = "", **kwargs: Any) -> None:
         self.ended.add(event_id)
+        self.payloads.append((event_type.value, "end", summary(payload)))
 
     def start_trace(self, trace_id: str | None = None) -> None:
         pass
@@ -51,6 +54,29 @@ class EventRecorder(BaseCallbackHandler):
         labelled = {i: (label if i in self.ended else f"{label} (unfinished)", parent)
                     for i, (label, parent) in self.runs.items()}
         return event_paths(labelled, self.order)
+
+
+def summary(value: Any) -> Any:
+    """What a user's handler reads in a payload, in comparable form: nodes as (id, score to 1e-5, text),
+    messages as (role, content), responses as their text; the rest as it is (repr for objects)."""
+    from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse
+    from llama_index.core.base.response.schema import Response
+
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), summary(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(summary(v) for v in value)
+    if isinstance(value, NodeWithScore):
+        return ("node", value.node.node_id, round(value.score or 0.0, 5), value.node.get_content())
+    if isinstance(value, ChatMessage):
+        return ("message", str(value.role), value.content)
+    if isinstance(value, (ChatResponse, CompletionResponse)):
+        return ("llm response", str(value))
+    if isinstance(value, Response):
+        return ("response", value.response, summary(value.source_nodes), tuple(sorted(value.metadata or {})))
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return type(value).__name__
 
 
 class UserPostprocessor(BaseNodePostprocessor):
@@ -142,6 +168,11 @@ class LlamaIndexCase:
         self.world.recorder.reset()
         obj.query(question)
         return self.world.recorder.paths()
+
+    def payloads(self, obj: Any, question: str) -> list[tuple]:
+        self.world.recorder.reset()
+        obj.query(question)
+        return sorted(self.world.recorder.payloads, key=repr)
 
     def bad_input(self, obj: Any) -> Any:
         return obj.query("")  # stock embeds nothing and the vector store's similarity fails

@@ -100,6 +100,15 @@ def test_reported_events_are_stocks(case: Any) -> None:
     assert not [path for path in got if path[-1].endswith(")")]  # "(unfinished)", "(error)"
 
 
+def test_event_payloads_match_stock(case: Any, request: pytest.FixtureRequest) -> None:
+    """What a handler reads in each event (inputs, outputs, messages, nodes, responses) is stock's."""
+    stock, fast = case.build_stock(), case.optimize(case.build_stock())
+    want = case.payloads(stock, QUESTIONS[0])
+    assert len(want) >= 6
+    expect_known_difference(request, case, "payloads")
+    assert case.payloads(fast, QUESTIONS[0]) == want
+
+
 # ---- errors -------------------------------------------------------------------------------------
 
 def test_user_component_error_propagates_as_stock(case: Any) -> None:
