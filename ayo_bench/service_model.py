@@ -177,19 +177,21 @@ class MeasuredServiceModel:
       out (a maximum over raw lone times is biased upward: it read above Ayo's own latency);
     * ``q`` costs at least the capped estimate of every lone shape of no more work than ``q``.
 
-    ``exclude=(t0, t1)``: requests that started in that window (the measured call itself) are
-    not used, so a call's bound comes from the rest of the run (stock's requests of the same
-    question among them), never from the call it bounds. A shape with no smaller lone request
-    elsewhere counts 0 (always safe). With no model of batching, the LLM engine's floor is only the
-    longest single request. Embedding: 0.
+    ``exclude=(t0, t1)``: requests that started in that window (the measured call itself) are no
+    lone shape: the estimates come from the rest of the run (stock's requests of the same question
+    among them). They still cap, as every request does: a request's service is at most what it took,
+    so no request is priced above its own time in the call, and the bound lies between the bound at
+    true service times (noise only adds) and the call's latency. A shape with no smaller lone
+    request elsewhere counts 0 (always safe). With no model of batching, the LLM engine's floor is
+    only the longest single request. Embedding: 0.
     """
 
-    name = "measured (fastest of the run's other requests, lone shapes)"
+    name = "measured (lone requests of the run, each capped by the fastest request of as much work)"
 
     def __init__(self, rows: Iterable[dict[str, Any]], exclude: tuple[float, float] | None = None) -> None:
         rows = list(rows)
         keep = (lambda r: True) if exclude is None else (lambda r: not exclude[0] <= r["start"] <= exclude[1])
-        observed = [(shape, s) for r in rows if keep(r) for shape, s in _shape_time(r)]
+        observed = [(shape, s) for r in rows for shape, s in _shape_time(r)]
         lone = [(shape, s) for r in lone_rows(rows) if keep(r) for shape, s in _shape_time(r)]
         self.lone: list[tuple[Shape, float]] = [
             (shape, min([s] + [t for other, t in observed if _no_more_work(shape, other)])) for shape, s in lone]
