@@ -71,26 +71,27 @@ def _plain(value: Any) -> str:
     return _IDS.sub(r"\1<id>", repr(_canonical(value)))
 
 
-async def _runs(chain: Any, x: Any) -> tuple[dict[str, list[tuple]], list[tuple]]:
-    """Per run (named by its path of names from the root): its events in order; and the runs, each
-    with its parent's path."""
+async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list[tuple]], list[tuple]]:
+    """Per run (named by its path of names from the root; v1 gives no parents: by name and tags): its
+    events in order; and the runs, each with its parent's path."""
     events: dict[str, list[tuple]] = defaultdict(list)
     paths: dict[str, tuple[str, ...]] = {}
-    async for e in chain.astream_events(x, {"tags": ["user"], "metadata": {"who": "me"}}, version="v2"):
-        parents = tuple(paths.get(p, ("?",))[-1] for p in e["parent_ids"])
+    async for e in chain.astream_events(x, {"tags": ["user"], "metadata": {"who": "me"}}, version=version):
+        parents = tuple(paths.get(p, ("?",))[-1] for p in e.get("parent_ids", ()))
         path = paths.setdefault(e["run_id"], (*parents, e["name"]))
         events["/".join(path) + " " + ",".join(e["tags"])].append(
             (e["event"], tuple(sorted(e["metadata"].items())), _plain(e["data"])))
     return dict(events), sorted(paths.values())
 
 
+@pytest.mark.parametrize("version", ["v2", "v1"])
 @pytest.mark.parametrize("build", [dict_first, assign_first, nested])
-def test_astream_events_v2_are_stocks_run_by_run(build: Any) -> None:
+def test_astream_events_are_stocks_run_by_run(build: Any, version: str) -> None:
     server = FakeOpenAIServer()
     stock, x = build(server)
     fast = ayo_langchain.optimize(build(server)[0])
-    want_events, want_runs = asyncio.run(_runs(stock, x))
-    got_events, got_runs = asyncio.run(_runs(fast, x))
+    want_events, want_runs = asyncio.run(_runs(stock, x, version))
+    got_events, got_runs = asyncio.run(_runs(fast, x, version))
     assert got_runs == want_runs
     assert len(want_runs) >= 8  # the composites' runs are there: the parallel, the inner sequence, the passthrough
     for run in want_events:
@@ -150,3 +151,28 @@ def test_a_failure_ends_the_composites_runs_innermost_first_as_stock() -> None:
     assert got.errors == want.errors
     assert [e.split(":")[0] for e in got.errors] == ["broken", "RunnableSequence", "RunnableParallel<context,question>",
                                                      "RunnableSequence"]
+
+
+async def _log_state(chain: Any, x: Any) -> tuple[dict[str, Any], Any]:
+    """``astream_log``'s final state: each logged run (name, tags, metadata, streamed chunks, output)
+    by its log key, and the chain's own streamed output and final output."""
+    state = None
+    async for patch in chain.astream_log(x, {"tags": ["user"]}):
+        state = patch if state is None else state + patch
+    logs = {key: (run["name"], tuple(run["tags"]), _plain(run["metadata"]), sorted(map(_plain, run["streamed_output"])),
+                  _plain(run["final_output"])) for key, run in state.state["logs"].items()}
+    return logs, (_plain(state.state["streamed_output"]), _plain(state.state["final_output"]))
+
+
+@pytest.mark.parametrize("build", [dict_first, assign_first, nested])
+def test_astream_log_is_stocks(build: Any) -> None:
+    server = FakeOpenAIServer()
+    stock, x = build(server)
+    fast = ayo_langchain.optimize(build(server)[0])
+    want_logs, want_out = asyncio.run(_log_state(stock, x))
+    got_logs, got_out = asyncio.run(_log_state(fast, x))
+    assert got_out == want_out
+    # log keys number runs of one name in start order ("RunnableSequence:2"): an order of timing among
+    # concurrent branches, so runs are compared as a multiset
+    assert sorted(got_logs.values()) == sorted(want_logs.values())
+    assert len(want_logs) >= 8
