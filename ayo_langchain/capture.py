@@ -34,6 +34,7 @@ from langchain_core.runnables import (
 )
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
+from langchain_core.runnables.retry import RunnableRetry
 
 from ayo_core.introspect import overridden
 from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph, TypeDispatch
@@ -324,7 +325,20 @@ class Capturer:
             return Branch(r, wrappers)
         if _plain_binding(r):
             return self._binding(r, wrappers)
+        if t is RunnableRetry:
+            return self._retry(r, wrappers)
         return self._leaf(r, wrappers)
+
+    def _retry(self, r: Any, wrappers: tuple[Any, ...]) -> Module:
+        """``model.with_retry(...)``: the model, its retries kept. The node calls LangChain's own
+        ``RunnableRetry`` (tenacity, its attempt runs), with the model inside routed to Ayo's engine."""
+        inner = r.bound
+        while _plain_binding(inner) and not inner.config_factories:
+            inner = inner.bound
+        ok, chat = _openai_model(inner)
+        if ok:
+            return Model(r, wrappers, model=inner, chat=chat)
+        return Opaque(r, wrappers, f"with_retry() around {type(r.bound).__name__}: called as-is")
 
     def _binding(self, r: RunnableBinding, wrappers: tuple[Any, ...]) -> Module:
         if r.config_factories:

@@ -25,8 +25,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableSequence
-from langchain_core.runnables.base import coerce_to_runnable
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
+from langchain_core.runnables.base import RunnableBindingBase, coerce_to_runnable
 from langchain_core.runnables.config import (
     ensure_config,
     get_config_list,
@@ -76,7 +76,7 @@ def rebind(runnable: Any, leaf: Any, copy: Any) -> Any:
     replaced by ``copy``."""
     if runnable is leaf:
         return copy
-    if isinstance(runnable, RunnableBinding):
+    if isinstance(runnable, RunnableBindingBase):  # bindings, and RunnableRetry (its retries kept)
         return runnable.model_copy(update={"bound": rebind(runnable.bound, leaf, copy)})
     if isinstance(runnable, RunnableSequence):
         return RunnableSequence(*runnable.steps[:-1], rebind(runnable.last, leaf, copy), name=runnable.name)
