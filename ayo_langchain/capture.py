@@ -33,6 +33,7 @@ from langchain_core.runnables import (
     RunnableSequence,
 )
 from langchain_core.runnables.base import coerce_to_runnable
+from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 from langchain_core.runnables.passthrough import RunnableAssign, RunnablePick
 from langchain_core.runnables.retry import RunnableRetry
 
@@ -326,19 +327,22 @@ class Capturer:
         if _plain_binding(r):
             return self._binding(r, wrappers)
         if t is RunnableRetry:
-            return self._retry(r, wrappers)
+            return self._around_model(r, r.bound, "with_retry()", wrappers)
+        if t is RunnableWithFallbacks:
+            return self._around_model(r, r.runnable, "with_fallbacks()", wrappers)
         return self._leaf(r, wrappers)
 
-    def _retry(self, r: Any, wrappers: tuple[Any, ...]) -> Module:
-        """``model.with_retry(...)``: the model, its retries kept. The node calls LangChain's own
-        ``RunnableRetry`` (tenacity, its attempt runs), with the model inside routed to Ayo's engine."""
-        inner = r.bound
+    def _around_model(self, r: Any, inner: Any, what: str, wrappers: tuple[Any, ...]) -> Module:
+        """``model.with_retry(...)`` / ``model.with_fallbacks([...])``: the model, its retries or
+        fallbacks kept. The node calls LangChain's own ``RunnableRetry`` / ``RunnableWithFallbacks``
+        (their runs, attempts, exception filters), with the model inside routed to Ayo's engine
+        (a fallback model is called as it is, by its own client)."""
         while _plain_binding(inner) and not inner.config_factories:
             inner = inner.bound
         ok, chat = _openai_model(inner)
         if ok:
             return Model(r, wrappers, model=inner, chat=chat)
-        return Opaque(r, wrappers, f"with_retry() around {type(r.bound).__name__}: called as-is")
+        return Opaque(r, wrappers, f"{what} around {type(inner).__name__}: called as-is")
 
     def _binding(self, r: RunnableBinding, wrappers: tuple[Any, ...]) -> Module:
         if r.config_factories:

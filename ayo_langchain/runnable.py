@@ -32,6 +32,7 @@ from langchain_core.runnables.config import (
     get_config_list,
     patch_config,
 )
+from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 
 from ayo_core.graph import Graph
 from ayo_core.pipeline import OptimizedPipeline, Options
@@ -78,6 +79,8 @@ def rebind(runnable: Any, leaf: Any, copy: Any) -> Any:
         return copy
     if isinstance(runnable, RunnableBindingBase):  # bindings, and RunnableRetry (its retries kept)
         return runnable.model_copy(update={"bound": rebind(runnable.bound, leaf, copy)})
+    if isinstance(runnable, RunnableWithFallbacks):  # the primary routed; the fallbacks as they are
+        return runnable.model_copy(update={"runnable": rebind(runnable.runnable, leaf, copy)})
     if isinstance(runnable, RunnableSequence):
         return RunnableSequence(*runnable.steps[:-1], rebind(runnable.last, leaf, copy), name=runnable.name)
     raise TypeError(f"cannot reach the model inside {type(runnable).__name__}")

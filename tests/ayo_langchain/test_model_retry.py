@@ -1,5 +1,6 @@
-"""``model.with_retry(...)`` inside a chain: lowered (the model's calls on Ayo's engine), LangChain's own
-``RunnableRetry`` kept around them (its runs, its attempts, its exception filter)."""
+"""``model.with_retry(...)`` and ``model.with_fallbacks([...])`` inside a chain: lowered (the model's calls on
+Ayo's engine), LangChain's own ``RunnableRetry`` / ``RunnableWithFallbacks`` kept around them (their runs,
+attempts, exception filters; a fallback model called by its own client)."""
 
 from __future__ import annotations
 
@@ -76,3 +77,37 @@ def test_a_failed_attempt_is_retried_as_stock(fake_server: Any) -> None:
     assert got_runs.runs == want_runs.runs
     assert [r for r in got_runs.runs if r[0] == "chat_model"] == [  # two attempts under the retry's run
         ("chat_model", (), "ChatOpenAI"), ("chat_model", ("retry:attempt:2",), "ChatOpenAI")]
+
+
+def test_a_model_with_fallbacks_is_lowered_and_falls_back_as_stock(fake_server: Any) -> None:
+    def chain() -> Any:
+        return PROMPT | fake_chat(fake_server, max_tokens=7).with_fallbacks([fake_chat(fake_server, max_tokens=5)]) | (
+            StrOutputParser())
+
+    fast = ayo_langchain.optimize(chain())
+    check_equivalent(chain(), fast, [{"question": "json"}])
+    assert any(n.op.value == "decode" for n in fast.last_graph)
+    want, got = Runs(), Runs()
+    chain().invoke({"question": "json"}, {"callbacks": [want]})
+    fast.invoke({"question": "json"}, {"callbacks": [got]})
+    assert got.runs == want.runs
+
+    # the primary refused (a 400 for its requests): the fallback model answers, in stock and in Ayo
+    handle, seen = fake_server.handle, []
+
+    def refuse_primary(request: httpx.Request) -> httpx.Response:
+        import json
+
+        body = json.loads(request.content)
+        seen.append(body.get("max_completion_tokens") or body.get("max_tokens"))
+        if seen[-1] == 7:
+            return httpx.Response(400, json={"error": {"message": "no", "type": "BadRequestError"}})
+        return handle(request)
+
+    fake_server.handle = refuse_primary
+    want_runs, got_runs = Runs(), Runs()
+    want_answer = chain().invoke({"question": "json"}, {"callbacks": [want_runs]})
+    # (built now: the fake models' transports are bound to the server's handler when they are made)
+    got_answer = ayo_langchain.optimize(chain()).invoke({"question": "json"}, {"callbacks": [got_runs]})
+    assert got_answer == want_answer and seen == [7, 5, 7, 5]
+    assert got_runs.runs == want_runs.runs
