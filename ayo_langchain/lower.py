@@ -33,7 +33,7 @@ from langchain_core.runnables.utils import is_async_generator
 
 from ayo_core.graph import Graph
 from ayo_core.modules import TypeDispatch
-from ayo_core.runtime.chunks import aadd_chunks, add_chunks
+from ayo_core.runtime.chunks import PacedQueue, aadd_chunks, add_chunks
 from ayo_core.runtime.context import Expand
 from ayo_core.templates import Opaque, Route, StepLLMCall, Transform
 from ayo_core.templates.builder import GraphBuilder
@@ -58,7 +58,7 @@ class ChainCall:
     cfg: RunnableConfig  # child config of the query's chain run
     run_manager: Any  # the query's chain run (for step tags)
     stream_to: Any = None  # the Model module whose chunks go to ``sink`` (astream)
-    sink: asyncio.Queue | None = None
+    sink: asyncio.Queue | None = None  # a PacedQueue under astream: the caller paces the model
     tail_from: int | None = None  # top-level sequence steps from here run outside the graph (astream)
     sync: bool = False  # the user called a sync method: user objects run their sync code, as in stock
     streaming: bool = False  # the user called stream/astream: stock runs every step's transform
@@ -368,7 +368,13 @@ class Lowerer(GraphBuilder):
                     finally:
                         if finished is not None:
                             finished.set()
-                return await aadd_chunks(routed.astream(prompt, run_cfg), sink.put_nowait if streaming else None)
+                if not streaming:
+                    return await aadd_chunks(routed.astream(prompt, run_cfg))
+                # the caller's asks pace the model's stream: each token's events after the previous token's
+                # way through the steps after the model, as in stock's stream
+                chunks = routed.astream(prompt, run_cfg)
+                return await aadd_chunks(sink.paced(chunks) if isinstance(sink, PacedQueue) else chunks,
+                                         sink.put_nowait)
 
         inputs = {"prompt": src}
         if early is not None:

@@ -19,7 +19,6 @@ very exception the stock chain raises.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
@@ -44,7 +43,7 @@ from ayo_core.runtime import (
     llm_config,
 )
 from ayo_core.runtime.batching import gather_batch
-from ayo_core.runtime.chunks import drain_while_running, merge_chunk
+from ayo_core.runtime.chunks import PacedQueue, drain_while_running, merge_chunk
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import leaf_config, reported, start_chain_run, step_config
@@ -402,7 +401,7 @@ class OptimizedRunnable(Runnable):
         model = steps[at]
         first: Any = None
         if id(model) in self.plan.routed:
-            run.stream_to, run.sink, run.tail_from = model, asyncio.Queue(), at
+            run.stream_to, run.sink, run.tail_from = model, PacedQueue(), at
             source: AsyncIterator[Any] | None = drain_while_running(lambda: self._execute(input, run), run.sink)
         else:  # a model (or step) Ayo does not route: the graph computes its input, it streams as-is
             run.tail_from = at - 1

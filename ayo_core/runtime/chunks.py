@@ -41,6 +41,37 @@ def merge_chunk(total: Any, chunk: Any) -> Any:
         return chunk
 
 
+class PacedQueue(asyncio.Queue):
+    """A queue whose consumer paces its producer, as a chain of generators is paced by its caller.
+
+    :meth:`paced` pulls the next item from a source only once the consumer waits on an empty queue
+    (:meth:`get`), so whatever the source does while producing an item (a model's stream callbacks,
+    its ``on_chat_model_stream`` event) happens after the consumer has handled the item before, as
+    in a framework's pull-based stream. A source that is a network stream loses nothing: its
+    client buffers while it waits.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.demand = asyncio.Event()
+
+    async def get(self) -> Any:
+        if self.empty():
+            self.demand.set()
+        return await super().get()
+
+    async def paced(self, source: AsyncIterable[Any]) -> AsyncIterator[Any]:
+        it = aiter(source)
+        while True:
+            await self.demand.wait()
+            self.demand.clear()
+            try:
+                item = await anext(it)
+            except StopAsyncIteration:
+                return
+            yield item
+
+
 async def drain_while_running(start: Callable[[], Awaitable[Any]], queue: asyncio.Queue) -> AsyncIterator[Any]:
     """The items the work ``start()`` puts on ``queue`` while it runs, then the work's error, if any.
 

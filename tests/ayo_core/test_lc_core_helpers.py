@@ -13,7 +13,7 @@ from ayo_core.engines.prompt_warmer import PromptWarmer, early_late_split
 from ayo_core.models import local_model_folder
 from ayo_core.runtime import LoopRuntimes
 from ayo_core.runtime.batching import gather_batch
-from ayo_core.runtime.chunks import aadd_chunks, add_chunks, drain_while_running, merge_chunk
+from ayo_core.runtime.chunks import PacedQueue, aadd_chunks, add_chunks, drain_while_running, merge_chunk
 from ayo_core.runtime.errors import Captured, capturing
 from ayo_core.templates import Transform
 from ayo_core.templates.builder import GraphBuilder
@@ -95,6 +95,24 @@ async def test_drain_stopping_early_cancels_the_work() -> None:
     assert await agen.__anext__() == "first"
     await agen.aclose()
     await asyncio.wait_for(cancelled.wait(), 1)
+
+
+async def test_a_paced_queue_pulls_the_next_item_only_when_the_consumer_asks() -> None:
+    queue, log = PacedQueue(), []
+
+    async def source() -> Any:
+        for i in range(3):
+            log.append(f"made {i}")
+            yield i
+
+    async def work() -> None:
+        async for item in queue.paced(source()):
+            queue.put_nowait(item)
+
+    async for item in drain_while_running(work, queue):
+        log.append(f"used {item}")
+        await asyncio.sleep(0.01)  # the consumer is slow: the producer waits for it
+    assert log == ["made 0", "used 0", "made 1", "used 1", "made 2", "used 2"]
 
 
 def test_early_late_split() -> None:

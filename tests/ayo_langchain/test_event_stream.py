@@ -176,3 +176,22 @@ def test_astream_log_is_stocks(build: Any) -> None:
     # concurrent branches, so runs are compared as a multiset
     assert sorted(got_logs.values()) == sorted(want_logs.values())
     assert len(want_logs) >= 8
+
+
+@pytest.mark.parametrize("build", [dict_first, nested])
+def test_each_token_goes_through_the_steps_after_the_model_before_the_next_is_read(build: Any) -> None:
+    # stock's stream is pulled by the caller: model chunk, parser chunk, the chain's chunk, then the next token.
+    # Ayo's model node is paced by the caller's asks (ayo_core.runtime.chunks.PacedQueue): the same order
+    async def order(chain: Any, x: Any) -> list[tuple[str, str, str]]:
+        out = []
+        async for e in chain.astream_events(x, version="v2"):
+            if e["event"] in ("on_chat_model_stream", "on_parser_stream", "on_chat_model_end", "on_parser_end") or (
+                    e["event"] == "on_chain_stream" and not e["parent_ids"]):
+                out.append((e["event"], e["name"], _plain(e["data"].get("chunk", ""))))
+        return out
+
+    server = FakeOpenAIServer()
+    stock, x = build(server)
+    want = asyncio.run(order(stock, x))
+    assert len(want) > 12
+    assert asyncio.run(order(ayo_langchain.optimize(build(server)[0]), x)) == want
