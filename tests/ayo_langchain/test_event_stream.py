@@ -2,11 +2,10 @@
 nodes included), each with the same events in the same order, under the same parents, with the same
 names, tags and payloads (run ids and message ids aside: random in both).
 
-What is not compared, and why (docs/observability.md): the global interleaving of events of
-different runs. Stock's stream is one chain of generators pulled by the caller, so a composite's
-stream chunk follows its last step's chunk at once, and each model token is pulled through the parser
-before the next is read. Ayo runs the steps as graph nodes: a composite streams its value when its
-last step has ended, and the model's tokens are read as the server sends them.
+The global interleaving of events of different runs is compared from the streamed model on (each
+token through the parser and out of the chain before the next is read, as stock's pull-based stream
+does); before it, not (docs/observability.md): stock's composite streams its chunk right after its
+last step's, Ayo's when its last step's node has ended.
 """
 
 from __future__ import annotations
