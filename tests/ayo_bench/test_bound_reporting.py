@@ -27,8 +27,9 @@ class Rows:
         return [r for r in self.records if lo <= r["start"] <= hi]
 
 
-def chain_call(service: Any) -> tuple[dict[str, Any], float]:
-    """call_figures of one chain query (its only schedule is Ayo's), and its latency."""
+def chain_call(service: Any, earlier_run: bool = False) -> tuple[dict[str, Any], float]:
+    """call_figures of one chain query (its only schedule is Ayo's), and its latency; ``earlier_run``:
+    the recorder also holds the same requests from a run before the call (stock's, 10 % slower)."""
     async def main() -> tuple[Any, list[dict[str, Any]]]:
         llm = RecordedServingLLM(STEP)
         g = graph_of([llm_node("a", 40, 6), llm_node("b", 90, 10, ("a",))], "b")
@@ -36,6 +37,12 @@ def chain_call(service: Any) -> tuple[dict[str, Any], float]:
         return trace, llm.rows
 
     trace, rows = run_virtual(main)
+    if earlier_run:  # one after another, well before the call
+        t, earlier = trace.start - 1000.0, []
+        for r in rows:
+            earlier.append({**r, "start": t, "end": t + 1.1 * (r["end"] - r["start"])})
+            t = earlier[-1]["end"]
+        rows = earlier + rows
     pair = SimpleNamespace(recorder=Rows(rows), service_model=service)
     return compare.call_figures(pair, {"ayo": ((trace.start, trace.end), [trace])}), trace.latency
 
@@ -55,12 +62,17 @@ def test_call_figures_give_the_bound_from_the_pairs_service_model(capsys: pytest
     assert "not a bound" in printed  # the utilization line says what it is
 
 
-def test_without_a_profile_the_runs_own_requests_are_the_service_model() -> None:
-    # the two chained requests overlap nothing: each is a lone request of its own shape
-    figures, latency = chain_call(None)
+def test_without_a_profile_the_rest_of_the_runs_requests_are_the_service_model() -> None:
+    # the same two chained requests ran earlier (stock's run), each alone: their shapes price the call,
+    # each capped by what the call's own request took
+    figures, latency = chain_call(None, earlier_run=True)
     lb = figures["lower_bound"]
     assert lb["service_model"].startswith("measured")
     assert 0 < lb["bound_s"] <= latency * (1 + 1e-9)
+    assert lb["bound_s"] == pytest.approx(latency, rel=0.05)  # a chain: its requests' own times, end to end
+    # the call alone in the run: it never prices itself (no lone shape outside it), so no bound but 0
+    alone, _ = chain_call(None)
+    assert alone["lower_bound"]["bound_s"] == 0.0
 
 
 def summary_row(summary: dict[str, Any]) -> str:
