@@ -27,7 +27,7 @@ PREDATE_PROVENANCE: set[str] = set()  # results files without provenance tolerat
 # test fails while a listed file is fine). A changed summary or a stale table is never tolerated.
 REMEASURE: dict[str, set[str]] = {
     readme_table.MACHINE_PATH: {"langchain_configs.json", "llamaindex_configs.json", "llamaindex_configs_advanced.json",
-                                "load.json", "load_50_rerun.json", "noise_floor.json",
+                                "load.json", "load_50_rerun.json",
                                 "soak.json", "workflow_configs.json"},
 }
 # Written by an older summarize_latency (keys it no longer writes, or not yet): reported, tolerated for
