@@ -28,7 +28,7 @@ PREDATE_PROVENANCE: set[str] = set()  # results files without provenance tolerat
 REMEASURE: dict[str, set[str]] = {
     readme_table.MACHINE_PATH: {"langchain_configs.json", "llamaindex_configs.json", "llamaindex_configs_advanced.json",
                                 "load.json", "load_50_rerun.json",
-                                "soak.json", "workflow_configs.json"},
+                                "soak.json"},
 }
 # Written by an older summarize_latency (keys it no longer writes, or not yet): reported, tolerated for
 # any file (the figures both codes write are still compared, SUMMARY_MISMATCH)
