@@ -59,6 +59,14 @@ def step_config(cfg: RunnableConfig, run_manager: Any, tag: str) -> RunnableConf
     return patch_config(cfg, callbacks=manager)
 
 
+def run_of(kind: type, m: AsyncCallbackManager, run_id: UUID) -> Any:
+    """The run manager ``m.on_*_start(..., run_id=run_id)`` will return, made before the run starts
+    (a planned run's children name it as their parent while the graph is built)."""
+    return kind(run_id=run_id, handlers=m.handlers, inheritable_handlers=m.inheritable_handlers,
+                parent_run_id=m.parent_run_id, tags=m.tags, inheritable_tags=m.inheritable_tags,
+                metadata=m.metadata, inheritable_metadata=m.inheritable_metadata)
+
+
 @dataclass
 class PlannedRetrieverRun:
     """A retriever run whose id is chosen when the query's graph is built.
@@ -82,12 +90,8 @@ class PlannedRetrieverRun:
 
     def child(self, cfg: RunnableConfig, tag: str | None = None) -> RunnableConfig:
         """``cfg`` for a run inside this retriever's run (``run_manager.get_child(tag)`` in stock)."""
-        m = self.manager
-        run = AsyncCallbackManagerForRetrieverRun(
-            run_id=self.run_id, handlers=m.handlers, inheritable_handlers=m.inheritable_handlers,
-            parent_run_id=m.parent_run_id, tags=m.tags, inheritable_tags=m.inheritable_tags,
-            metadata=m.metadata, inheritable_metadata=m.inheritable_metadata)
-        return patch_config(cfg, callbacks=run.get_child(tag))
+        return patch_config(cfg, callbacks=run_of(AsyncCallbackManagerForRetrieverRun, self.manager,
+                                                  self.run_id).get_child(tag))
 
     async def start(self, query: Any) -> Any:
         """Open the run (as ``BaseRetriever.ainvoke`` does); returns its run manager."""
@@ -128,12 +132,8 @@ class PlannedChainRun:
 
     def child(self, tag: str | None = None) -> RunnableConfig:
         """The run's config for a step inside it (``run_manager.get_child(tag)`` in stock)."""
-        m = self.manager
-        run = AsyncCallbackManagerForChainRun(
-            run_id=self.run_id, handlers=m.handlers, inheritable_handlers=m.inheritable_handlers,
-            parent_run_id=m.parent_run_id, tags=m.tags, inheritable_tags=m.inheritable_tags,
-            metadata=m.metadata, inheritable_metadata=m.inheritable_metadata)
-        return patch_config(self.cfg, callbacks=run.get_child(tag))
+        return patch_config(self.cfg, callbacks=run_of(AsyncCallbackManagerForChainRun, self.manager,
+                                                       self.run_id).get_child(tag))
 
     async def start(self, value: Any) -> None:
         if not self.streamed:
