@@ -54,7 +54,7 @@ def optimize(target: Any, policy: str = "critical_path", *, options: Any = None)
         same = target._policy == policy and options is None
         return target if same else optimize(target.stock, policy=policy, options=options)
     if isinstance(target, BaseQueryEngine):
-        from ayo_llamaindex.composed_engines import optimize_composed  # SubQuestion / Router engines
+        from ayo_llamaindex.composed_engines import optimize_composed  # SubQuestion / Router / Transform
 
         return (optimize_composed(target, policy, options)
                 or OptimizedQueryEngine(target, policy=policy, options=options))

@@ -16,6 +16,7 @@ from llama_index.core.callbacks.schema import EventPayload
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
+from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_llamaindex import events
 from ayo_llamaindex.query_engine import OptimizedQueryEngine
 from ayo_llamaindex.runtime import EngineAssignment, assign_engines
@@ -25,10 +26,15 @@ class ToolQueryEngine(OptimizedQueryEngine):
     """A tool's query engine inside a composed engine's graph (SubQuestion, Router): its own optimized graph,
     awaited on the loop the composed query already runs on (``aquery`` would hop to that same loop)."""
 
-    async def aquery_in_graph(self, question: str | QueryBundle) -> Any:
-        """``aquery(question)``: the same response and query events, run from a node of another graph."""
+    async def aquery_in_graph(self, question: str | QueryBundle, async_call: bool | None = None) -> Any:
+        """``query(question)`` or ``aquery(question)`` as the composed engine's stock code calls it: the same
+        response and query events, run from a node of another graph. ``async_call=None``: the path the
+        composed query came in on (stock's ``_query`` calls ``query``, ``_aquery`` calls ``aquery``); True:
+        ``aquery`` even inside a sync query (SubQuestion's ``use_async=True``)."""
         bundle = QueryBundle(question) if isinstance(question, str) else question
-        loop = asyncio.get_running_loop()
+        loop = CALLER_LOOP.get()
+        if loop is None and async_call:  # stock runs the coroutine on a loop of its own: ours stands for it
+            loop = asyncio.get_running_loop()
         if self._stock_query:  # the stock engine's own query() emits its events inside the opaque node
             return await self._run(bundle, loop)
         with events.QueryCall(self, question).span() as done:  # BaseQueryEngine.aquery's events

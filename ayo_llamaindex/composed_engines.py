@@ -1,7 +1,9 @@
-"""Which stand-in a composed query engine (``SubQuestionQueryEngine``, ``RouterQueryEngine``) gets.
+"""Which stand-in a composed query engine (``SubQuestionQueryEngine``, ``RouterQueryEngine``,
+``TransformQueryEngine``) gets.
 
-Above both lowerings (:mod:`ayo_llamaindex.sub_question`, :mod:`ayo_llamaindex.router`), which share
-their base classes from :mod:`ayo_llamaindex.composed` and never import each other.
+Above the lowerings (:mod:`ayo_llamaindex.sub_question`, :mod:`ayo_llamaindex.router`,
+:mod:`ayo_llamaindex.transform`), which share their base classes from :mod:`ayo_llamaindex.composed` and
+never import each other.
 """
 
 from __future__ import annotations
@@ -9,22 +11,24 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from llama_index.core.query_engine import RouterQueryEngine, SubQuestionQueryEngine
+from llama_index.core.query_engine import RouterQueryEngine, SubQuestionQueryEngine, TransformQueryEngine
 
-from ayo_llamaindex import router, sub_question
+from ayo_llamaindex import router, sub_question, transform
 from ayo_llamaindex.query_engine import OptimizedQueryEngine
 
 log = logging.getLogger(__name__)
 
 
 def optimize_composed(target: Any, policy: str, options: Any = None) -> Any | None:
-    """The optimized stand-in for a ``SubQuestionQueryEngine`` or ``RouterQueryEngine``; None for other
-    engines. A subclass that overrides their control flow runs as the user's object (in one opaque
-    node, with a warning that says why)."""
+    """The optimized stand-in for a ``SubQuestionQueryEngine``, ``RouterQueryEngine`` or ``TransformQueryEngine``;
+    None for other engines. A subclass that overrides their control flow runs as the user's object (in one
+    opaque node, with a warning that says why)."""
     if isinstance(target, SubQuestionQueryEngine):
         reason, build = sub_question.not_lowered_reason(target), sub_question.OptimizedSubQuestionQueryEngine
     elif isinstance(target, RouterQueryEngine):
         reason, build = router.not_lowered_reason(target), router.OptimizedRouterQueryEngine
+    elif isinstance(target, TransformQueryEngine):
+        reason, build = transform.not_lowered_reason(target), transform.OptimizedTransformQueryEngine
     else:
         return None
     if reason is not None:

@@ -25,13 +25,18 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.chat_engine.types import BaseChatEngine
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.query_engine import RetrieverQueryEngine, RouterQueryEngine, SubQuestionQueryEngine
+from llama_index.core.query_engine import (
+    RetrieverQueryEngine,
+    RouterQueryEngine,
+    SubQuestionQueryEngine,
+    TransformQueryEngine,
+)
 from llama_index.core.response_synthesizers import ResponseMode, get_response_synthesizer
 from pydantic import BaseModel
 
 from ayo_core.coverage import CoverageRow, exported_classes, probe, row
 from ayo_core.modules import OPAQUE
-from ayo_llamaindex import postprocess, router, sub_question
+from ayo_llamaindex import postprocess, router, sub_question, transform
 from ayo_llamaindex.capture import PostprocessorPlan, RetrieverPlan, capture_query_engine, capture_synthesizer
 from ayo_llamaindex.chat_engine_capture import MODES as CHAT_MODES
 from ayo_llamaindex.chat_engine_capture import recognize_chat_engine
@@ -99,6 +104,11 @@ COMPOSED_ENGINES: tuple[ComposedEngine, ...] = (
                    "the selector's decode on Ayo's engine, the chosen engines (optimized) all at once, several "
                    "answers combined by its summarizer; a Pydantic*Selector (tool calling) runs as the user's "
                    "object in its node"),
+    ComposedEngine(TransformQueryEngine, transform.not_lowered_reason, eng.TRANSFORM_MIRRORED,
+                   "LLMCall (HyDE) + query embedding -> ToolCall (the engine)",
+                   "HyDEQueryTransform's decode on Ayo's engine (stock's async path blocks the caller's loop on it), "
+                   "the original query embedded while it decodes (include_original=True), then the engine "
+                   "optimized; another transform runs as the user's object in its node"),
 )
 CHAT_TEMPLATES = {  # by the mode recognize_chat_engine names (a mode missing here fails coverage())
     "condense_plus_context": "LLMCall (condense) -> Retrieval -> Synthesis(mode=compact)",
@@ -199,8 +209,17 @@ def _retriever_query_engine() -> Any:
         return index.as_query_engine(llm=llm)
 
 
+def _hyde_query_engine() -> Any:
+    """A real ``TransformQueryEngine`` with a ``HyDEQueryTransform`` over :func:`_retriever_query_engine`."""
+    from llama_index.core.indices.query.query_transform import HyDEQueryTransform
+
+    with _settings_llm() as llm:
+        return TransformQueryEngine(_retriever_query_engine(), HyDEQueryTransform(llm=llm))
+
+
 # classes whose decision reads the object's fields: a small real one stands for the class
-EXAMPLES: dict[type, Callable[[], Any]] = {RetrieverQueryEngine: _retriever_query_engine}
+EXAMPLES: dict[type, Callable[[], Any]] = {RetrieverQueryEngine: _retriever_query_engine,
+                                           TransformQueryEngine: _hyde_query_engine}
 
 
 def query_engine_row(cls: type, engine: Any) -> CoverageRow:

@@ -19,7 +19,9 @@ user's object (opaque), in a worker thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import contextvars
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,25 @@ from ayo_shims import llamaindex_embeddings as openai_shim
 EmbedSend = Callable[..., Awaitable[list[list[float]]]]  # (texts, kind=..., batch_size=...) -> vectors
 
 _MIRRORED = shim.EMBEDDING_MIRRORED
+
+# query vectors a node computed ahead of the retrieval that needs them (HyDE: the original query's,
+# while the hypothetical document decodes), by (id(model), text); set around that retrieval's engine
+_PREFETCHED: contextvars.ContextVar[dict[tuple[int, str], list[float]] | None] = contextvars.ContextVar(
+    "ayo_llamaindex_prefetched_query_vectors", default=None)
+
+
+@contextlib.contextmanager
+def prefetched(model: Any, vectors: dict[str, list[float]]) -> Iterator[None]:
+    """While inside, ``agg_query_embedding`` of ``model`` takes these texts' vectors instead of encoding
+    them again (still emitting the stock embedding events for each)."""
+    if model is None or not vectors:
+        yield
+        return
+    token = _PREFETCHED.set({**(_PREFETCHED.get() or {}), **{(id(model), t): v for t, v in vectors.items()}})
+    try:
+        yield
+    finally:
+        _PREFETCHED.reset(token)
 
 
 @dataclass
@@ -81,8 +102,17 @@ class EmbedBinding:
             return await asyncio.to_thread(self.model.get_agg_embedding_from_queries, queries)
         # stock embeds each query alone (one encode call per query): keep that shape
         # stock embeds each query alone; one alone-encoded text gives stock's exact vector
-        vectors = await asyncio.gather(*(self._embed(send, [q], "query") for q in queries))
+        ready = _PREFETCHED.get() or {}
+        vectors = await asyncio.gather(*(self._embed(send, [q], "query", ready.get((id(self.model), q)))
+                                         for q in queries))
         return mean_agg([v[0] for v in vectors])
+
+    async def raw_query_embeddings(self, send: EmbedSend, queries: list[str]) -> dict[str, list[float]]:
+        """Each query's vector, encoded alone as stock encodes it, with no events (the retrieval that
+        takes them emits those: see :func:`prefetched`)."""
+        unique = list(dict.fromkeys(queries))
+        vectors = await asyncio.gather(*(send([q], kind="query", batch_size=self.batch_size) for q in unique))
+        return {q: v[0] for q, v in zip(unique, vectors, strict=True)}
 
     async def text_embeddings(self, send: EmbedSend | None, texts: list[str]) -> list[list[float]]:
         """``embed_model.get_text_embedding_batch(texts)``."""
@@ -95,8 +125,14 @@ class EmbedBinding:
         parts = await asyncio.gather(*(self._embed(send, texts[i: i + n], "text") for i in range(0, len(texts), n)))
         return [v for part in parts for v in part]
 
-    async def _embed(self, send: EmbedSend, texts: list[str], kind: str) -> list[list[float]]:
-        """One stock encode call, with the stock embedding events (token counting reads them)."""
+    async def _embed(self, send: EmbedSend, texts: list[str], kind: str,
+                     ready: list[float] | None = None) -> list[list[float]]:
+        """One stock encode call, with the stock embedding events (token counting reads them); ``ready``:
+        the one text's vector, already computed."""
+        if ready is not None:
+            async def take() -> list[list[float]]:
+                return [ready]
+            return await events.embedding(self.model, texts, take)
         return await events.embedding(self.model, texts, lambda: send(texts, kind=kind, batch_size=self.batch_size))
 
 

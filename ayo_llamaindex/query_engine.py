@@ -76,6 +76,11 @@ class OptimizedQueryEngine(BaseQueryEngine):
         return self._pipeline.last_trace
 
     @property
+    def plan(self) -> Any:
+        """What capture found in the user's engine (a ``QueryEnginePlan``, or a composed engine's plan)."""
+        return self._plan
+
+    @property
     def stock(self) -> BaseQueryEngine:
         """The user's original query engine."""
         return self._stock

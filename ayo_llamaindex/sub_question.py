@@ -196,7 +196,7 @@ def _lower_generator(g: Graph, plan: SubQuestionPlan, assign: EngineAssignment) 
 
 
 def _sub_answer_fn(plan: SubQuestionPlan) -> Any:
-    engine, verbose = plan.obj, plan.parts["verbose"]
+    engine, verbose, use_async = plan.obj, plan.parts["verbose"], plan.parts["use_async"]
     tools = plan.tools
 
     async def answer(ctx: Any, sub_q: SubQuestion) -> SubQuestionAnswerPair | None:
@@ -211,7 +211,7 @@ def _sub_answer_fn(plan: SubQuestionPlan) -> Any:
                 query_engine = tools[sub_q.tool_name]
                 if verbose:
                     print_text(f"[{sub_q.tool_name}] Q: {question}\n", color=color)
-                response = await query_engine.aquery_in_graph(question)
+                response = await query_engine.aquery_in_graph(question, async_call=use_async or None)
                 response_text = str(response)
                 if verbose:
                     print_text(f"[{sub_q.tool_name}] A: {response_text}\n", color=color)

@@ -143,7 +143,7 @@ class StepQueryEngines:
         self.served[step] = self.served.get(step, 0) + 1
         if isinstance(tool, StepRetriever):
             return tool.aretrieve(query)
-        return tool.aquery_in_graph(query) if isinstance(tool, ToolQueryEngine) else tool.aquery(query)
+        return tool.aquery_in_graph(query, async_call=True) if isinstance(tool, ToolQueryEngine) else tool.aquery(query)
 
     def explain_lines(self) -> list[str]:
         """The query engines met in steps whose calls ran as stock, and why."""

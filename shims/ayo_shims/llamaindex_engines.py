@@ -126,3 +126,36 @@ SELECTOR_MIRRORED = mirrored(_SEL, "LLMSingleSelector", ("select", "aselect", "_
                              why="the selector's predict + parse runs as one decode through Ayo's engine")
 MULTI_SELECTOR_MIRRORED = mirrored(_SEL, "LLMMultiSelector", ("select", "aselect", "_select", "_aselect"),
                                    why="the selector's predict + parse runs as one decode through Ayo's engine")
+
+# -- TransformQueryEngine (HyDE) ----------------------------------------------------------------
+
+_TRANSFORM = "llama_index.core.query_engine.transform_query_engine"
+_QT = "llama_index.core.indices.query.query_transform.base"
+
+declare(f"{_TRANSFORM}.TransformQueryEngine._query_engine/_query_transform/_transform_metadata", framework=CORE,
+        checked=CORE_CHECKED, why="capture reads the engine the transformed query goes to, and the transform",
+        check=assigns(_TRANSFORM, "TransformQueryEngine", "_query_engine", "_query_transform", "_transform_metadata"))
+
+
+def transform_parts(engine: Any) -> dict[str, Any]:
+    """The engine's parts: ``query_engine``, ``transform``, ``metadata``."""
+    return {"query_engine": engine._query_engine, "transform": engine._query_transform,
+            "metadata": engine._transform_metadata}
+
+
+TRANSFORM_MIRRORED = mirrored(_TRANSFORM, "TransformQueryEngine", ("query", "aquery", "_query", "_aquery"),
+                              why="the engine's control flow (transform the query, then query the engine) is a graph")
+
+declare(f"{_QT}.HyDEQueryTransform._llm/_hyde_prompt/_include_original", framework=CORE, checked=CORE_CHECKED,
+        why="the hypothetical document's decode is sent through Ayo's engine with the transform's own prompt",
+        check=assigns(_QT, "HyDEQueryTransform", "_llm", "_hyde_prompt", "_include_original"))
+
+
+def hyde_parts(transform: Any) -> dict[str, Any]:
+    """A ``HyDEQueryTransform``'s ``llm``, ``prompt`` and ``include_original``."""
+    return {"llm": transform._llm, "prompt": transform._hyde_prompt,
+            "include_original": bool(transform._include_original)}
+
+
+HYDE_MIRRORED = mirrored(_QT, "HyDEQueryTransform", ("run", "_run", "__call__"),
+                         why="the transform's predict runs as one decode through Ayo's engine")
