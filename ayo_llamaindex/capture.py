@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.query_engine import CitationQueryEngine, RetrieverQueryEngine
 
 from ayo_core.introspect import overrides_reason
 from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
@@ -67,7 +67,7 @@ class SynthesizerPlan:
 @dataclass
 class QueryEnginePlan:
     obj: Any
-    kind: str  # retriever_query_engine | opaque
+    kind: str  # retriever_query_engine | citation_query_engine | opaque
     reason: str = ""
     retriever: RetrieverPlan | None = None
     postprocessors: list[PostprocessorPlan] = field(default_factory=list)
@@ -143,15 +143,28 @@ def capture_synthesizer(synth: Any) -> SynthesizerPlan:
     return SynthesizerPlan(synth, mode, llm=LLMBinding(shim.synth_llm(synth)))
 
 
+def _engine_kind(query_engine: Any) -> tuple[str, str]:
+    """``("retriever_query_engine" | "citation_query_engine" | "opaque", reason-if-opaque)``."""
+    if isinstance(query_engine, CitationQueryEngine):
+        if over := overrides_reason(query_engine, CitationQueryEngine, shim.CITATION_ENGINE_MIRRORED):
+            return "opaque", over
+        if shim.citation_multimodal(query_engine):
+            return "opaque", "multimodal=True (citations of image/audio/video blocks are not lowered)"
+        return "citation_query_engine", ""
+    if not isinstance(query_engine, RetrieverQueryEngine):
+        return "opaque", f"{type(query_engine).__name__} is a query engine Ayo does not lower"
+    if over := overrides_reason(query_engine, RetrieverQueryEngine, _ENGINE_MIRRORED):
+        return "opaque", over
+    return "retriever_query_engine", ""
+
+
 def capture_query_engine(query_engine: Any) -> QueryEnginePlan:
     """The plan for ``query_engine``; unknown engines become one opaque module."""
-    if not isinstance(query_engine, RetrieverQueryEngine):
-        return QueryEnginePlan(query_engine, "opaque",
-                               f"{type(query_engine).__name__} is a query engine Ayo does not lower")
-    if over := overrides_reason(query_engine, RetrieverQueryEngine, _ENGINE_MIRRORED):
-        return QueryEnginePlan(query_engine, "opaque", over)
+    kind, reason = _engine_kind(query_engine)
+    if kind == "opaque":
+        return QueryEnginePlan(query_engine, "opaque", reason)
     return QueryEnginePlan(
-        query_engine, "retriever_query_engine",
+        query_engine, kind,
         retriever=capture_retriever(shim.engine_retriever(query_engine)),
         postprocessors=[capture_postprocessor(pp) for pp in shim.engine_postprocessors(query_engine)],
         synthesizer=capture_synthesizer(shim.engine_synthesizer(query_engine)),
@@ -166,6 +179,9 @@ def module_graph(plan: QueryEnginePlan) -> ModuleGraph:
     for i, pp in enumerate(plan.postprocessors):
         detail = f"llm={binding_label(pp.llm)} batch={pp.obj.choice_batch_size} top_n={pp.obj.top_n}" if pp.llm else ""
         children.append(BoundModule(f"postprocessor[{i}]", pp.template, pp.obj, pp.reason, detail=detail))
+    if plan.kind == "citation_query_engine":
+        children.append(BoundModule("citations", "Transform", plan.obj,
+                                    detail="the engine's own _create_citation_nodes (numbered sources)"))
     s = plan.synthesizer
     children.append(BoundModule("synthesizer", s.template, s.obj, s.reason, detail=f"llm={binding_label(s.llm)}" if s.llm else ""))
     return ModuleGraph(BoundModule("query_engine", type(plan.obj).__name__, plan.obj, children=children))

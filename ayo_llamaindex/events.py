@@ -21,6 +21,7 @@ events are *recorded* (``recording``) and replayed only when its answer is used.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -258,6 +259,43 @@ class Retrieval(_SplitEvents):
 
         self.event.end({EventPayload.NODES: nodes})
         _dispatch(_RETRIEVE, lambda: RetrievalEndEvent(str_or_query_bundle=self.query, nodes=nodes))
+        return nodes
+
+
+# events one node opens and a later node ends; set per query by failing_open_events
+_OPEN: contextvars.ContextVar[list[_SplitEvents] | None] = contextvars.ContextVar("ayo_li_open_events", default=None)
+
+
+@contextlib.contextmanager
+def failing_open_events() -> Iterator[None]:
+    """Around one query's graph: an event a node opened for later nodes to end (:class:`EngineRetrieval`)
+    ends with the query's error, innermost first, as stock's ``with callback_manager.event(...)`` blocks
+    end it (the outer ones then see ``event_added`` and leave it)."""
+    token = _OPEN.set([])
+    try:
+        yield
+    except Exception as exc:
+        for event in reversed(_OPEN.get() or []):
+            event.fail(exc)
+        raise
+    finally:
+        _OPEN.reset(token)
+
+
+class EngineRetrieval(_SplitEvents):
+    """A query engine's own ``RETRIEVE`` callback event (``CitationQueryEngine._query`` opens one around
+    retrieval, postprocessing and its citation cut), ended with the nodes it hands to synthesis."""
+
+    def __init__(self, engine: Any, query: Any) -> None:
+        self.event = _Event(engine.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
+        self.open = _OPEN.get()
+        if self.open is not None:
+            self.open.append(self)
+
+    def end(self, nodes: list[Any]) -> list[Any]:
+        if self.open is not None and self in self.open:
+            self.open.remove(self)
+        self.event.end({EventPayload.NODES: nodes})
         return nodes
 
 

@@ -45,6 +45,7 @@ from ayo_core.templates import (
     RetrievalHooks,
     Synthesis,
     SynthesisHooks,
+    Transform,
 )
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
 from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
@@ -74,16 +75,41 @@ def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_aft
         g.output(Opaque(run_engine, "query_engine", takes_ctx=True, resources=None, cost=1.0, reason=plan.reason)
                  .build(g, "query_engine", {"query": query_input}, after=extra_after))
         return g
+    citing = plan.kind == "citation_query_engine"
+    if citing:  # the engine's own RETRIEVE event spans retrieval, postprocessing and the citation cut
+        extra_after = extra_after | {_open_citation_event(g, plan, query_input, extra_after)}
     nodes = lower_retriever(g, plan.retriever, assign, query_input, extra_after)
-    board = speculation_board(plan, assign)
+    board = None if citing else speculation_board(plan, assign)
     for i, pp in enumerate(plan.postprocessors):
         last = i == len(plan.postprocessors) - 1
         nodes = lower_postprocessor(g, pp, assign, f"post{i}", query_input, nodes, board if last else None)
     if board is not None:
         attach_speculation(g, board, producer=nodes)
+    if citing:
+        nodes = _lower_citations(g, plan, nodes)
     out = lower_synthesizer(g, plan.synthesizer, assign, query_input, nodes, board)
     g.output(out)
     return g
+
+
+def _open_citation_event(g: Graph, plan: QueryEnginePlan, query: str, after: frozenset[str]) -> str:
+    engine = plan.obj
+
+    def open_event(query: QueryBundle) -> events.EngineRetrieval:
+        return events.EngineRetrieval(engine, query)
+
+    return Transform(open_event, "citations").build(g, "citations.open", {"query": query}, after=after)
+
+
+def _lower_citations(g: Graph, plan: QueryEnginePlan, nodes: str) -> str:
+    """``CitationQueryEngine._query``'s cut of the retrieved nodes into numbered sources, which ends its event."""
+    engine = plan.obj
+
+    def cite(nodes: list, event: events.EngineRetrieval) -> list:
+        with event.failing():
+            return event.end(shim.citation_nodes(engine, nodes))
+
+    return Transform(cite, "citations").build(g, "citations", {"nodes": nodes, "event": "citations.open"})
 
 
 def speculation_board(plan: QueryEnginePlan, assign: EngineAssignment) -> SpeculationBoard | None:

@@ -100,7 +100,8 @@ class OptimizedQueryEngine(BaseQueryEngine):
 
     async def _run(self, query_bundle: QueryBundle, caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
         CALLER_LOOP.set(caller_loop)  # this task's own context: opaque nodes take stock's async path in aquery
-        return await self._pipeline.run({"query": query_bundle})
+        with events.failing_open_events():
+            return await self._pipeline.run({"query": query_bundle})
 
     # query/aquery and the delegating API below are marked spanned_elsewhere: the span is the one
     # of the method they call (BaseQueryEngine.query, the stock engine's), not a second one

@@ -94,6 +94,27 @@ def engine_synthesizer(query_engine: Any) -> Any:
     return query_engine._response_synthesizer
 
 
+_CITATION = f"{_Q}.citation_query_engine"
+declare(f"{_CITATION}.CitationQueryEngine._retriever/_node_postprocessors/_response_synthesizer/_multimodal",
+        framework=CORE, checked=CORE_CHECKED,
+        why="capture walks the citation engine into its retriever, postprocessors and synthesizer, and reads "
+            "whether it cites multimodal blocks",
+        check=assigns(_CITATION, "CitationQueryEngine", "_retriever", "_node_postprocessors",
+                      "_response_synthesizer", "_multimodal"))
+declare(f"{_CITATION}.CitationQueryEngine._create_citation_nodes", framework=CORE, checked=CORE_CHECKED,
+        why="the lowered citation engine cuts the retrieved nodes into numbered sources with the engine's own method",
+        check=has_attr(_CITATION, "CitationQueryEngine", "_create_citation_nodes"))
+
+
+def citation_multimodal(query_engine: Any) -> bool:
+    return bool(query_engine._multimodal)
+
+
+def citation_nodes(query_engine: Any, nodes: list[Any]) -> list[Any]:
+    """The engine's numbered citation sources (``Source 1: ...``) for the retrieved nodes."""
+    return query_engine._create_citation_nodes(nodes)
+
+
 declare("llama_index.core.prompts.mixin.PromptMixin._get_prompt_modules", framework=CORE, checked=CORE_CHECKED,
         why="the optimized query engine reports the stock engine's prompt modules (get_prompts/update_prompts)",
         check=has_attr("llama_index.core.prompts.mixin", "PromptMixin", "_get_prompt_modules"))
@@ -554,6 +575,9 @@ ENGINE_MIRRORED = mirrored(_Q, "RetrieverQueryEngine", (
     "query", "aquery", "_query", "_aquery", "retrieve", "aretrieve", "synthesize", "asynthesize",
     "_apply_node_postprocessors", "_async_apply_node_postprocessors"),
     why="the query engine's control flow is lowered to a graph")
+CITATION_ENGINE_MIRRORED = mirrored(_CITATION, "CitationQueryEngine", (
+    "query", "aquery", "_query", "_aquery", "retrieve", "aretrieve"),
+    why="the citation engine's control flow is lowered to a graph (its own _create_citation_nodes runs in a node)")
 VECTOR_RETRIEVER_MIRRORED = mirrored(_RETRIEVERS, "VectorIndexRetriever", (
     "retrieve", "_retrieve", "_get_nodes_with_embeddings", "_build_vector_store_query",
     "_handle_recursive_retrieval", "_needs_embedding"), why="retrieval is split into embed + search")

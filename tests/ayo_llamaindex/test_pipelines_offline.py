@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload, LlamaDebugHandler
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import CitationQueryEngine
 from llama_index.core.schema import QueryBundle
 from llama_index.core.vector_stores import ExactMatchFilter, MetadataFilters
@@ -60,11 +63,42 @@ def test_mmr_and_metadata_filters(embed_model) -> None:
         compare(stock, ayo_llamaindex.optimize(stock))
 
 
-def test_query_engine_ayo_does_not_lower(index, settings_llm) -> None:
-    stock = CitationQueryEngine.from_args(index, llm=FakeLLM(), similarity_top_k=2)
+def test_citation_query_engine_is_lowered(index, settings_llm) -> None:
+    stock = CitationQueryEngine.from_args(index, llm=FakeLLM(), similarity_top_k=2, citation_chunk_size=64)
     fast = ayo_llamaindex.optimize(stock)
     compare(stock, fast, by="content")  # citation nodes get fresh ids on every query
-    assert "CitationQueryEngine is a query engine Ayo does not lower" in fast.explain()
+    assert_same(asyncio.run(stock.aquery(QUESTIONS[0])), asyncio.run(fast.aquery(QUESTIONS[0])), by="content")
+    assert "citations: Transform" in str(fast.explain())
+    assert fast.not_lowered_reason is None
+
+
+def test_citation_events_match_stock(index, settings_llm) -> None:
+    def pairs(optimized: bool) -> list[tuple[str, int, list[str]]]:
+        debug = LlamaDebugHandler(print_trace_on_end=False)
+        stock = CitationQueryEngine.from_args(index, llm=FakeLLM(), similarity_top_k=2)
+        cm = CallbackManager([debug])
+        for part in (stock, stock.retriever, stock._response_synthesizer):  # noqa: SLF001 - the test's own engine
+            part.callback_manager = cm
+        (ayo_llamaindex.optimize(stock) if optimized else stock).query(QUESTIONS[1])
+        out = []
+        for event_type in (CBEventType.QUERY, CBEventType.RETRIEVE, CBEventType.SYNTHESIZE):
+            ends = [end.payload for _, end in debug.get_event_pairs(event_type)]
+            texts = sorted(n.node.get_content() for p in ends for n in p.get(EventPayload.NODES, []))
+            out.append((event_type.value, len(ends), texts))
+        return out
+
+    assert pairs(True) == pairs(False)
+
+
+def test_a_query_engine_ayo_does_not_lower(index, settings_llm) -> None:
+    from llama_index.core.evaluation import GuidelineEvaluator
+    from llama_index.core.query_engine import RetryQueryEngine
+
+    inner = index.as_query_engine(llm=FakeLLM(), similarity_top_k=2)
+    stock = RetryQueryEngine(inner, GuidelineEvaluator(llm=FakeLLM(), guidelines="Answer briefly."), max_retries=0)
+    fast = ayo_llamaindex.optimize(stock)
+    compare(stock, fast)
+    assert "RetryQueryEngine is a query engine Ayo does not lower" in fast.explain()
 
 
 def test_query_bundle_with_custom_embedding_strs(index) -> None:
@@ -101,3 +135,28 @@ def test_sentence_transformer_rerank(index) -> None:
     fast = ayo_llamaindex.optimize(stock)
     compare(stock, fast)
     assert "post0 = rerank" in fast.explain()
+
+
+class _Boom(BaseNodePostprocessor):
+    def _postprocess_nodes(self, nodes: list, query_bundle: QueryBundle | None = None) -> list:
+        raise ValueError("postprocessor exploded")
+
+
+def test_a_failing_citation_query_ends_events_as_stock(index, settings_llm) -> None:
+    """Stock's ``RETRIEVE`` block ends with the error; its ``QUERY`` block then sees ``event_added`` and stays open."""
+    def ends(optimized: bool) -> list[tuple[str, int, int]]:
+        debug = LlamaDebugHandler(print_trace_on_end=False)
+        stock = CitationQueryEngine.from_args(index, llm=FakeLLM(), similarity_top_k=2, node_postprocessors=[_Boom()])
+        cm = CallbackManager([debug])
+        for part in (stock, stock.retriever, stock._response_synthesizer):  # noqa: SLF001 - the test's own engine
+            part.callback_manager = cm
+        with pytest.raises(ValueError, match="postprocessor exploded"):
+            (ayo_llamaindex.optimize(stock) if optimized else stock).query(QUESTIONS[1])
+        out = []
+        for event_type in (CBEventType.QUERY, CBEventType.RETRIEVE):
+            events = debug.get_events(event_type)
+            failed = sum(1 for e in events if e.payload and EventPayload.EXCEPTION in e.payload)
+            out.append((event_type.value, len(events), failed))
+        return out
+
+    assert ends(True) == ends(False)
