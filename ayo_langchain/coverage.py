@@ -41,7 +41,9 @@ NOTES: dict[type, str] = {
                          "embeddings keeps it opaque (the reason names which)",
     cap.MultiQuery: "exact class; one whose llm_chain is a legacy LLMChain stays opaque",
     cap.Ensemble: "exact class",
-    Compression: "exact class; other compressors, a legacy LLMChain or a subclass stay opaque (compressors table)",
+    Compression: "exact class; LLMChainExtractor / LLMChainFilter alone or as stages of a DocumentCompressorPipeline "
+                 "lowered per document, any other compressor or transformer run as the user's object in its node; "
+                 "a legacy LLMChain or a subclass stays opaque (compressors table)",
     History: "exact class; a subclass stays opaque",
     HistoryAware: "recognized by its branch's condition; any other RunnableBranch is a plain branch",
     Each: "exact class; a subclass stays opaque",
@@ -231,11 +233,22 @@ def compressor_rows(p: Parts) -> list[CoverageRow]:
     from langchain_classic.retrievers.document_compressors import LLMChainExtractor, LLMChainFilter
     from langchain_core.documents import BaseDocumentCompressor
 
+    group = "document compressors (langchain_classic.retrievers.document_compressors)"
     rows = []
     for cls in exported_classes(lc_compressors, BaseDocumentCompressor):
-        compressor = cls.from_llm(p.llm) if cls in (LLMChainExtractor, LLMChainFilter) else probe(cls)
-        case = "from_llm(...), in a ContextualCompressionRetriever" if hasattr(compressor, "llm_chain") \
-            else "in a ContextualCompressionRetriever"
-        rows.append(captured_row("document compressors (langchain_classic.retrievers.document_compressors)",
-                                 _compression(p, compressor), case, cls))
+        if cls in (LLMChainExtractor, LLMChainFilter):
+            compressor, case = cls.from_llm(p.llm), "from_llm(...), in a ContextualCompressionRetriever"
+        elif cls is lc_compressors.DocumentCompressorPipeline:
+            compressor = cls(transformers=[LLMChainExtractor.from_llm(p.llm)])
+            case = "DocumentCompressorPipeline(transformers=[LLMChainExtractor.from_llm(...), ...])"
+        else:
+            compressor, case = probe(cls), "in a ContextualCompressionRetriever"
+        retriever = _compression(p, compressor)
+        module, _opaque = cap.capture(retriever)
+        if isinstance(module, Compression) and all(stage.chain is None for stage in module.stages):
+            rows.append(row(FRAMEWORK, group, cls, "Transform", "local work: the compressor runs as the user's "
+                            "object (compress_documents / acompress_documents) in one node after the lowered base "
+                            "retriever", case))
+            continue
+        rows.append(captured_row(group, retriever, case, cls))
     return rows
