@@ -472,6 +472,19 @@ def _stream_source(steps: list[cap.Module]) -> int | None:
     for wanted in (streams, lambda s: isinstance(s, cap.Opaque)):
         for i in range(len(steps) - 1, -1, -1):
             if wanted(steps[i]):
-                return i
+                return _model_before_router(steps, i)
     return None
+
+
+def _model_before_router(steps: list[cap.Module], at: int) -> int:
+    """``at``, or the model feeding it when ``steps[at]`` is a lambda / branch reached from that model
+    through parsers and lambdas only: stock's stream runs the model's tokens through those steps'
+    ``transform`` (the parser streams them, the lambda or branch gathers them, then routes), so the model
+    is where the chunks come from (``prompt | model | parser | lambda``, a LangGraph node's chain)."""
+    if not isinstance(steps[at], (cap.Lambda, cap.Branch)):
+        return at
+    j = at - 1
+    while j >= 0 and isinstance(steps[j], (cap.Parser, cap.Lambda)):
+        j -= 1
+    return j if j >= 0 and isinstance(steps[j], cap.Model) else at
 

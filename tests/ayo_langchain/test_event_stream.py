@@ -54,6 +54,13 @@ def nested(server: FakeOpenAIServer) -> tuple[Any, Any]:
     return chain, "  what is x?  "
 
 
+def lambda_last(server: FakeOpenAIServer) -> tuple[Any, Any]:
+    # a LangGraph node's shape: the parser streams the model's tokens, the lambda gathers them (stock's transform)
+    chain = ({"context": RunnableLambda(fetch) | fmt, "question": RunnablePassthrough()}
+             | PROMPT | fake_chat(server) | StrOutputParser() | RunnableLambda(lambda text: {"answer": text.upper()}))
+    return chain, "what is x?"
+
+
 _IDS = re.compile(r"(lc_run--|run-)[0-9a-f-]{36}")
 
 
@@ -84,7 +91,7 @@ async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list
 
 
 @pytest.mark.parametrize("version", ["v2", "v1"])
-@pytest.mark.parametrize("build", [dict_first, assign_first, nested])
+@pytest.mark.parametrize("build", [dict_first, assign_first, nested, lambda_last])
 def test_astream_events_are_stocks_run_by_run(build: Any, version: str) -> None:
     server = FakeOpenAIServer()
     stock, x = build(server)
@@ -177,7 +184,7 @@ def test_astream_log_is_stocks(build: Any) -> None:
     assert len(want_logs) >= 8
 
 
-@pytest.mark.parametrize("build", [dict_first, nested])
+@pytest.mark.parametrize("build", [dict_first, nested, lambda_last])
 def test_each_token_goes_through_the_steps_after_the_model_before_the_next_is_read(build: Any) -> None:
     # stock's stream is pulled by the caller: model chunk, parser chunk, the chain's chunk, then the next token.
     # Ayo's model node is paced by the caller's asks (ayo_core.runtime.chunks.PacedQueue): the same order
@@ -194,3 +201,37 @@ def test_each_token_goes_through_the_steps_after_the_model_before_the_next_is_re
     want = asyncio.run(order(stock, x))
     assert len(want) > 12
     assert asyncio.run(order(ayo_langchain.optimize(build(server)[0]), x)) == want
+
+
+def test_a_langgraph_nodes_parser_streams_as_stock() -> None:
+    """A node's ``prompt | model | parser | lambda``: LangGraph streams the node under ``astream_events``, the
+    parser streams each token (stock's ``on_parser_stream`` events), the lambda gathers them."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict, total=False):
+        question: str
+        draft: str
+        answer: str
+
+    def build(server: FakeOpenAIServer) -> Any:
+        step = ChatPromptTemplate.from_messages([("human", "Improve: {text}")]) | fake_chat(server) | StrOutputParser()
+        g = StateGraph(State)
+        g.add_node("draft", RunnableLambda(lambda s: {"text": s["question"]}) | step
+                   | RunnableLambda(lambda text: {"draft": text}))
+        g.add_node("final", RunnableLambda(lambda s: {"text": s["draft"]}) | step
+                   | RunnableLambda(lambda text: {"answer": text}))
+        g.add_edge(START, "draft")
+        g.add_edge("draft", "final")
+        g.add_edge("final", END)
+        return g.compile()
+
+    async def kinds(graph: Any) -> list[tuple[str, str]]:
+        return [(e["event"], e["name"]) async for e in graph.astream_events({"question": "what is x?"}, version="v2")]
+
+    server = FakeOpenAIServer()
+    want = asyncio.run(kinds(build(server)))
+    got = asyncio.run(kinds(ayo_langchain.optimize(build(server))))
+    assert sum(1 for e in want if e[0] == "on_parser_stream") > 4
+    assert sorted(got) == sorted(want)
