@@ -137,10 +137,12 @@ class Parser(Module):
 @dataclass
 class VectorRetriever(Module):
     """``VectorStoreRetriever`` over ``langchain_chroma.Chroma`` with ``HuggingFaceEmbeddings`` or
-    ``OpenAIEmbeddings`` (an OpenAI-compatible embedding server)."""
+    ``OpenAIEmbeddings`` (an OpenAI-compatible embedding server); or a ``MultiVectorRetriever`` /
+    ``ParentDocumentRetriever`` over such a store (the chunks found, then their parents from its docstore)."""
 
     vectorstore: Any = None
     embeddings: Any = None
+    parents: bool = False  # MultiVectorRetriever: the chunks' parent documents from its docstore
 
 
 @dataclass
@@ -264,10 +266,18 @@ def openai_embeddings_supported(emb: Any) -> str:
     return ""
 
 
+def _multi_vector_classes() -> tuple[type, ...]:
+    try:
+        from langchain_classic.retrievers import MultiVectorRetriever, ParentDocumentRetriever
+    except ImportError:  # pragma: no cover - langchain-classic is a dependency
+        return ()
+    return MultiVectorRetriever, ParentDocumentRetriever
+
+
 def _vector_retriever(r: Any) -> tuple[bool, str]:
     from langchain_core.vectorstores import VectorStoreRetriever
 
-    if type(r) is not VectorStoreRetriever:
+    if type(r) is not VectorStoreRetriever and type(r) not in _multi_vector_classes():
         return False, ""
     try:
         from langchain_chroma import Chroma
@@ -378,7 +388,8 @@ class Capturer:
     def _retriever(self, r: Any, wrappers: tuple[Any, ...]) -> Module:
         ok, why = _vector_retriever(r)
         if ok:
-            return VectorRetriever(r, wrappers, vectorstore=r.vectorstore, embeddings=r.vectorstore.embeddings)
+            return VectorRetriever(r, wrappers, vectorstore=r.vectorstore, embeddings=r.vectorstore.embeddings,
+                                   parents=type(r) in _multi_vector_classes())
         try:
             from langchain_classic.retrievers import EnsembleRetriever, MultiQueryRetriever
         except ImportError:  # pragma: no cover

@@ -37,7 +37,8 @@ NOTES: dict[type, str] = {
     cap.Prompt: "any BasePromptTemplate",
     cap.Parser: "any BaseOutputParser",
     cap.Model: "exact ChatOpenAI / OpenAI class; when optimize() does not serve its base_url it is called as-is",
-    cap.VectorRetriever: "exact VectorStoreRetriever, search_type similarity or mmr; another store, search type or "
+    cap.VectorRetriever: "exact VectorStoreRetriever, MultiVectorRetriever or ParentDocumentRetriever, search_type "
+                         "similarity or mmr; another store, search type or "
                          "embeddings keeps it opaque (the reason names which)",
     cap.MultiQuery: "exact class; one whose llm_chain is a legacy LLMChain stays opaque",
     cap.Ensemble: "exact class",

@@ -1,6 +1,8 @@
 """Lowering of retrievers: vector search, MultiQueryRetriever, EnsembleRetriever.
 
-* ``VectorStoreRetriever`` over ``langchain_chroma.Chroma`` with ``HuggingFaceEmbeddings``
+* ``VectorStoreRetriever`` (or ``MultiVectorRetriever`` / ``ParentDocumentRetriever``, whose chunks found
+  are then mapped to their parents through its own docstore) over ``langchain_chroma.Chroma`` with
+  ``HuggingFaceEmbeddings``
   -> EMBED on Ayo's embedding engine (same model folder, same options: newline
   replacement, ``normalize_embeddings``; concurrent queries share forward passes), or with
   ``OpenAIEmbeddings`` -> EMBED on the remote embedding engine (the query sent as
@@ -62,6 +64,23 @@ def search_by_vector(retriever: Any, vector: list[float]) -> list[Document]:
     return vs.similarity_search_by_vector(vector, k, **kwargs)
 
 
+def parent_ids(retriever: Any, chunks: list[Document]) -> list[str]:
+    """``MultiVectorRetriever``'s parent ids of the chunks found, in their order, each once."""
+    ids: list[str] = []
+    for d in chunks:
+        if retriever.id_key in d.metadata and d.metadata[retriever.id_key] not in ids:
+            ids.append(d.metadata[retriever.id_key])
+    return ids
+
+
+async def parents_of(retriever: Any, chunks: list[Document], sync: bool) -> list[Document]:
+    """The parents ``MultiVectorRetriever`` returns for the chunks: ``docstore.mget`` (a worker thread) under
+    a sync call, ``amget`` under an async one, as stock; missing ones left out."""
+    ids = parent_ids(retriever, chunks)
+    docs = await asyncio.to_thread(retriever.docstore.mget, ids) if sync else await retriever.docstore.amget(ids)
+    return [d for d in docs if d is not None]
+
+
 class _Done:
     """An EMBED node's value when it already ran the stock retriever (non-str input)."""
 
@@ -87,7 +106,11 @@ def _vector_steps(lw: Lowerer, m: cap.VectorRetriever, run_cfg: RunnableConfig) 
         if isinstance(vector, _Done):
             return vector.docs
         run_manager, vector = vector
-        return await reported(run_manager, asyncio.to_thread(search_by_vector, retriever, vector))
+        return await reported(run_manager, found(vector))
+
+    async def found(vector: list[float]) -> list[Document]:
+        chunks = await asyncio.to_thread(search_by_vector, retriever, vector)
+        return await parents_of(retriever, chunks, lw.run.sync) if m.parents else chunks
 
     return embed, search
 
