@@ -207,11 +207,35 @@ def _legacy_chain(p: Parts) -> Any:
 def _retriever_examples(p: Parts) -> dict[type, tuple[str, Callable[[], Any]]]:
     """Retriever classes whose capture reads the object's fields: ``(construction, build)`` of a small real
     one that stands for the class."""
-    from langchain_classic.retrievers import ContextualCompressionRetriever, EnsembleRetriever, MultiQueryRetriever
+    from langchain_classic.retrievers import (
+        ContextualCompressionRetriever,
+        EnsembleRetriever,
+        MultiQueryRetriever,
+        MultiVectorRetriever,
+        ParentDocumentRetriever,
+    )
 
     return {MultiQueryRetriever: ("from_llm(...)", lambda: _multi_query(p)),
             EnsembleRetriever: ("", lambda: _ensemble(p)),
-            ContextualCompressionRetriever: ("with LLMChainExtractor.from_llm(...)", lambda: _compression(p))}
+            ContextualCompressionRetriever: ("with LLMChainExtractor.from_llm(...)", lambda: _compression(p)),
+            MultiVectorRetriever: ("over Chroma(...), docstore=InMemoryStore()", lambda: _multi_vector(p)),
+            ParentDocumentRetriever: ("over Chroma(...), docstore=InMemoryStore()", lambda: _parent_document(p))}
+
+
+def _multi_vector(p: Parts) -> Any:
+    from langchain_classic.retrievers import MultiVectorRetriever
+    from langchain_core.stores import InMemoryStore
+
+    return MultiVectorRetriever(vectorstore=p.retriever.vectorstore, docstore=InMemoryStore())
+
+
+def _parent_document(p: Parts) -> Any:
+    from langchain_classic.retrievers import ParentDocumentRetriever
+    from langchain_core.stores import InMemoryStore
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    return ParentDocumentRetriever(vectorstore=p.retriever.vectorstore, docstore=InMemoryStore(),
+                                   child_splitter=RecursiveCharacterTextSplitter(chunk_size=400))
 
 
 def retriever_rows(p: Parts) -> list[CoverageRow]:
