@@ -10,7 +10,14 @@ Modules (each the way its framework's docs build it, at their defaults):
 - ``compact_accumulate``: the same with ``response_mode="compact_accumulate"`` and a context
   window small enough that the chunks pack into several calls;
 - ``compressor``: a LangChain ``ContextualCompressionRetriever`` with ``LLMChainExtractor``
-  over Chroma (one chain call per retrieved document: stock sequential under ``invoke``).
+  over Chroma (one chain call per retrieved document: stock sequential under ``invoke``);
+- ``compressor_pipeline``: the same retriever with a ``DocumentCompressorPipeline`` of an
+  ``EmbeddingsFilter`` and an ``LLMChainExtractor`` (the filter as the user's object, then one
+  chain call per kept document);
+- ``hyde``: a LlamaIndex ``TransformQueryEngine`` with ``HyDEQueryTransform`` answering four
+  questions at once with ``aquery`` (stock's async path runs the transform's synchronous
+  ``predict``, so each query's hypothetical document blocks the loop: the four decode one after
+  another; Ayo's decode concurrently).
 
 Each pair runs stock and Ayo on the same question, who goes first drawn as ``ayo compare`` draws
 it (``ayo_bench.stats.first_sides``), after one warm-up of each; every pair checks the answers
@@ -69,26 +76,84 @@ def llamaindex_pipeline(url: str, mode: str, k: int, max_tokens: int) -> Pipelin
     return stock.query, fast.query, str
 
 
-def compressor_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+def _store_and_llm(url: str, max_tokens: int) -> tuple[Any, Any]:
+    """The Chroma store of ``TEXTS`` (stock HuggingFace embeddings) and the chat model both compressors use."""
     import chromadb
     from langchain_chroma import Chroma
-    from langchain_classic.retrievers import ContextualCompressionRetriever
-    from langchain_classic.retrievers.document_compressors import LLMChainExtractor
     from langchain_huggingface import HuggingFaceEmbeddings
     from langchain_openai import ChatOpenAI
 
-    import ayo_langchain
     from ayo_core.models import embedding_model_path
 
     embeddings = HuggingFaceEmbeddings(model_name=str(embedding_model_path()))
     client = chromadb.PersistentClient(path=tempfile.mkdtemp(prefix="ayo-zoo-"))
     store = Chroma(collection_name="zoo", embedding_function=embeddings, client=client)
     store.add_texts(TEXTS, ids=[f"t{i}" for i in range(len(TEXTS))])
-    llm = ChatOpenAI(model=MODEL, base_url=url, api_key="none", temperature=0, max_tokens=max_tokens)
-    stock = ContextualCompressionRetriever(base_compressor=LLMChainExtractor.from_llm(llm),
+    return store, ChatOpenAI(model=MODEL, base_url=url, api_key="none", temperature=0, max_tokens=max_tokens)
+
+
+def _compression(compressor: Any, store: Any, k: int) -> Pipeline:
+    from langchain_classic.retrievers import ContextualCompressionRetriever
+
+    import ayo_langchain
+
+    stock = ContextualCompressionRetriever(base_compressor=compressor,
                                            base_retriever=store.as_retriever(search_kwargs={"k": k}))
     fast = ayo_langchain.optimize(stock)
     return stock.invoke, fast.invoke, lambda docs: [(d.page_content, d.metadata) for d in docs]
+
+
+def compressor_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+    from langchain_classic.retrievers.document_compressors import LLMChainExtractor
+
+    store, llm = _store_and_llm(url, max_tokens)
+    return _compression(LLMChainExtractor.from_llm(llm), store, k)
+
+
+def compressor_pipeline_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+    from langchain_classic.retrievers.document_compressors import (
+        DocumentCompressorPipeline,
+        EmbeddingsFilter,
+        LLMChainExtractor,
+    )
+
+    store, llm = _store_and_llm(url, max_tokens)
+    stages = [EmbeddingsFilter(embeddings=store.embeddings, similarity_threshold=0.05), LLMChainExtractor.from_llm(llm)]
+    return _compression(DocumentCompressorPipeline(transformers=stages), store, k)
+
+
+def hyde_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+    import asyncio
+
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.core.indices.query.query_transform import HyDEQueryTransform
+    from llama_index.core.query_engine import TransformQueryEngine
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.openai_like import OpenAILike
+
+    import ayo_llamaindex
+    from ayo_core.models import embedding_model_path
+
+    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed)
+    llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
+                     max_tokens=max_tokens)
+    stock = TransformQueryEngine(index.as_query_engine(llm=llm, similarity_top_k=k), HyDEQueryTransform(llm=llm))
+    fast = ayo_llamaindex.optimize(stock)
+
+    def together(engine: Any) -> Callable[[str], Any]:
+        def call(question: str) -> list[Any]:
+            first = QUESTIONS.index(question)
+            batch = [QUESTIONS[(first + i) % len(QUESTIONS)] for i in range(4)]
+
+            async def run() -> list[Any]:
+                return list(await asyncio.gather(*(engine.aquery(q) for q in batch)))
+
+            return asyncio.run(run())
+
+        return call
+
+    return together(stock), together(fast), lambda responses: [str(r) for r in responses]
 
 
 def timed(call: Callable[[str], Any], question: str) -> tuple[float, Any]:
@@ -123,6 +188,10 @@ def run_pairs(name: str, pipeline: Pipeline, n: int, seed: int) -> dict[str, Any
             "ci95_high": interval.high if interval else None, "identical": len(ratios)}
 
 
+BUILDERS: dict[str, Callable[[str, int, int], Pipeline]] = {
+    "compressor": compressor_pipeline, "compressor_pipeline": compressor_pipeline_pipeline, "hyde": hyde_pipeline}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", "--pairs", type=int, default=8)
@@ -140,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.modules.split(","):
             if name in ("accumulate", "compact_accumulate"):
                 pipeline = llamaindex_pipeline(url, name, args.k, args.max_tokens)
-            elif name == "compressor":
-                pipeline = compressor_pipeline(url, args.k, args.max_tokens)
+            elif name in BUILDERS:
+                pipeline = BUILDERS[name](url, args.k, args.max_tokens)
             else:
-                ap.error(f"unknown module {name!r}: use accumulate, compact_accumulate or compressor")
+                ap.error(f"unknown module {name!r}: use accumulate, compact_accumulate or one of {sorted(BUILDERS)}")
             results.append(run_pairs(name, pipeline, args.pairs, args.seed))
         if args.out is not None:
             from ayo_bench import provenance
