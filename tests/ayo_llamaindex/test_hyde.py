@@ -38,7 +38,9 @@ def hyde_engine(url: str, index: VectorStoreIndex, include_original: bool = True
     cm = CallbackManager([debug] if debug else [])
     llm = make_llm(url, 64)
     llm.callback_manager = cm
-    inner = index.as_query_engine(llm=llm, similarity_top_k=2, callback_manager=cm)
+    inner = index.as_query_engine(llm=llm, similarity_top_k=2)
+    for part in (inner, inner.retriever, inner._response_synthesizer):  # noqa: SLF001 - the test's own engine
+        part.callback_manager = cm
     return TransformQueryEngine(inner, HyDEQueryTransform(llm=llm, include_original=include_original),
                                 callback_manager=cm)
 
