@@ -191,3 +191,21 @@ def test_a_tool_started_early_that_raises_behaves_as_stock(handled: bool) -> Non
         assert any("search service down" in str(m[1]) for m in want[1])
     else:
         assert want[0] == "ValueError"
+
+
+def test_astream_events_are_stocks_run_by_run() -> None:
+    """Under ``astream_events`` the early-started tools report the runs stock's tools node reports: the same
+    runs under the same parents, each with stock's events (when a tool's run starts is timing)."""
+    from tests.ayo_langchain.test_event_stream import _runs
+
+    x = {"messages": [("user", "What does json.loads do? And 2 * 21?")]}
+    want_events, want_runs = asyncio.run(_runs(build({})[0], x))
+    got_events, got_runs = asyncio.run(_runs(ayo_langchain.optimize(build({})[0]), x))
+    assert got_runs == want_runs
+    assert set(got_events) == set(want_events)
+    for run in want_events:
+        if run.split(" ")[0] in ("LangGraph", "LangGraph/tools"):
+            # the two tool calls run at once: their messages come as each finishes (timing, in stock too)
+            assert sorted(got_events[run]) == sorted(want_events[run]), run
+        else:
+            assert got_events[run] == want_events[run], run

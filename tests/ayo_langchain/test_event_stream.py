@@ -62,6 +62,7 @@ def lambda_last(server: FakeOpenAIServer) -> tuple[Any, Any]:
 
 
 _IDS = re.compile(r"(lc_run--|run-)[0-9a-f-]{36}")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _canonical(value: Any) -> Any:
@@ -74,7 +75,7 @@ def _canonical(value: Any) -> Any:
 
 
 def _plain(value: Any) -> str:
-    return _IDS.sub(r"\1<id>", repr(_canonical(value)))
+    return _UUID.sub("<uuid>", _IDS.sub(r"\1<id>", repr(_canonical(value))))  # ids: random in stock too
 
 
 async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list[tuple]], list[tuple]]:
@@ -85,8 +86,8 @@ async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list
     async for e in chain.astream_events(x, {"tags": ["user"], "metadata": {"who": "me"}}, version=version):
         parents = tuple(paths.get(p, ("?",))[-1] for p in e.get("parent_ids", ()))
         path = paths.setdefault(e["run_id"], (*parents, e["name"]))
-        events["/".join(path) + " " + ",".join(e["tags"])].append(
-            (e["event"], tuple(sorted(e["metadata"].items())), _plain(e["data"])))
+        metadata = _UUID.sub("<uuid>", repr(sorted(e["metadata"].items())))  # LangGraph's task ids: random
+        events["/".join(path) + " " + ",".join(e["tags"])].append((e["event"], metadata, _plain(e["data"])))
     return dict(events), sorted(paths.values())
 
 
@@ -235,3 +236,37 @@ def test_a_langgraph_nodes_parser_streams_as_stock() -> None:
     got = asyncio.run(kinds(ayo_langchain.optimize(build(server))))
     assert sum(1 for e in want if e[0] == "on_parser_stream") > 4
     assert sorted(got) == sorted(want)
+
+
+def _two_node_graph(server: FakeOpenAIServer) -> Any:
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict, total=False):
+        question: str
+        draft: str
+        answer: str
+
+    step = ChatPromptTemplate.from_messages([("human", "Improve: {text}")]) | fake_chat(server) | StrOutputParser()
+    g = StateGraph(State)
+    g.add_node("draft", RunnableLambda(lambda s: {"text": s["question"]}) | step
+               | RunnableLambda(lambda text: {"draft": text}))
+    g.add_node("final", RunnableLambda(lambda s: {"text": s["draft"]}) | step
+               | RunnableLambda(lambda text: {"answer": text}))
+    g.add_edge(START, "draft")
+    g.add_edge("draft", "final")
+    g.add_edge("final", END)
+    return g.compile()
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_a_langgraph_graphs_events_are_stocks_run_by_run(version: str) -> None:
+    server = FakeOpenAIServer()
+    x = {"question": "what is x?"}
+    want_events, want_runs = asyncio.run(_runs(_two_node_graph(server), x, version))
+    got_events, got_runs = asyncio.run(_runs(ayo_langchain.optimize(_two_node_graph(server)), x, version))
+    assert got_runs == want_runs
+    assert set(got_events) == set(want_events)
+    for run in want_events:
+        assert got_events[run] == want_events[run], run
