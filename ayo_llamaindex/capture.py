@@ -29,7 +29,7 @@ _ENGINE_MIRRORED = shim.ENGINE_MIRRORED
 @dataclass
 class RetrieverPlan:
     obj: Any
-    kind: str  # vector | fusion | opaque
+    kind: str  # vector | fusion | auto_merging | opaque
     reason: str = ""
     embed: EmbedBinding | None = None
     llm: LLMBinding | None = None
@@ -37,7 +37,8 @@ class RetrieverPlan:
 
     @property
     def template(self) -> str:
-        return {"vector": "Retrieval", "fusion": "QueryExpansion+Retrieval"}.get(self.kind, "Opaque")
+        return {"vector": "Retrieval", "fusion": "QueryExpansion+Retrieval",
+                "auto_merging": "Retrieval+Transform(merge)"}.get(self.kind, "Opaque")
 
 
 @dataclass
@@ -123,6 +124,8 @@ def capture_retriever(retriever: Any) -> RetrieverPlan:
     kind, reason = retriever_kind(retriever)
     if kind == "vector":
         return RetrieverPlan(retriever, kind, embed=EmbedBinding(shim.retriever_embed_model(retriever)))
+    if kind == "auto_merging":
+        return RetrieverPlan(retriever, kind, subs=[capture_retriever(shim.auto_merging_vector_retriever(retriever))])
     if kind == "fusion":
         subs = [capture_retriever(r) for r in shim.fusion_retrievers(retriever)]
         return RetrieverPlan(retriever, kind, llm=LLMBinding(shim.fusion_llm(retriever)), subs=subs)

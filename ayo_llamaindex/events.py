@@ -282,21 +282,44 @@ def failing_open_events() -> Iterator[None]:
         _OPEN.reset(token)
 
 
-class EngineRetrieval(_SplitEvents):
+class _OpenUntilEnded:
+    """An event one node opens and a later node ends: registered with :func:`failing_open_events` meanwhile."""
+
+    def register(self) -> None:
+        self.open = _OPEN.get()
+        if self.open is not None:
+            self.open.append(self)  # type: ignore[arg-type]
+
+    def unregister(self) -> None:
+        if self.open is not None and self in self.open:
+            self.open.remove(self)  # type: ignore[arg-type]
+
+
+class EngineRetrieval(_SplitEvents, _OpenUntilEnded):
     """A query engine's own ``RETRIEVE`` callback event (``CitationQueryEngine._query`` opens one around
     retrieval, postprocessing and its citation cut), ended with the nodes it hands to synthesis."""
 
     def __init__(self, engine: Any, query: Any) -> None:
         self.event = _Event(engine.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
-        self.open = _OPEN.get()
-        if self.open is not None:
-            self.open.append(self)
+        self.register()
 
     def end(self, nodes: list[Any]) -> list[Any]:
-        if self.open is not None and self in self.open:
-            self.open.remove(self)
+        self.unregister()
         self.event.end({EventPayload.NODES: nodes})
         return nodes
+
+
+class OuterRetrieval(Retrieval, _OpenUntilEnded):
+    """The events of a retriever whose lowered retrieval spans several nodes around an inner retriever's
+    (``AutoMergingRetriever``: its own ``retrieve`` events hold its vector retriever's)."""
+
+    def __init__(self, retriever: Any, query: Any) -> None:
+        super().__init__(retriever, query)
+        self.register()
+
+    def end(self, nodes: list[Any]) -> list[Any]:
+        self.unregister()
+        return super().end(nodes)
 
 
 class Synthesis(_SplitEvents):

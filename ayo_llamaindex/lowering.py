@@ -155,6 +155,8 @@ def lower_retriever(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, que
         return _lower_vector(g, plan, assign, query, after)
     if plan.kind == "fusion":
         return _lower_fusion(g, plan, assign, query, after)
+    if plan.kind == "auto_merging":
+        return _lower_auto_merging(g, plan, assign, query, after)
 
     async def run(ctx: Any, query: QueryBundle) -> Any:
         return await retrieval.opaque_retrieve(plan.obj, query)
@@ -163,7 +165,28 @@ def lower_retriever(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, que
         g, "retrieve", {"query": query}, after=after)
 
 
-def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str, after: frozenset[str]) -> str:
+def _lower_auto_merging(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str,
+                        after: frozenset[str]) -> str:
+    """``AutoMergingRetriever.retrieve``: its events open, its vector retriever lowered, its own merging."""
+    r = plan.obj
+
+    def open_events(query: QueryBundle) -> events.OuterRetrieval:
+        return events.OuterRetrieval(r, query)
+
+    opened = Transform(open_events, "retriever").build(g, "retrieve.open", {"query": query}, after=after)
+    found = _lower_vector(g, plan.subs[0], assign, query, after | {opened}, name="retrieve.vector")
+
+    async def merge(ctx: Any, query: QueryBundle, nodes: list, event: events.OuterRetrieval) -> list:
+        with event.failing():  # the docstore may be remote: off the loop
+            merged = await asyncio.to_thread(shim.auto_merge, r, nodes)
+            return event.end(shim.handle_recursive_retrieval(r, query, merged))
+
+    return Transform(merge, "retriever", takes_ctx=True, resources=None).build(
+        g, "retrieve", {"query": query, "nodes": found, "event": opened})
+
+
+def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str, after: frozenset[str],
+                  name: str = "retrieve") -> str:
     r, embed = plan.obj, plan.embed
     kind = assign.embed_kind(embed)
 
@@ -182,7 +205,7 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         return event.end(nodes)
 
     hooks = RetrievalHooks(embed=embed_query, search=search, engine=kind or "local")
-    return Retrieval(module="retriever", hooks=hooks).build(g, "retrieve", {"query": query}, after=after)
+    return Retrieval(module="retriever", hooks=hooks).build(g, name, {"query": query}, after=after)
 
 
 def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str, after: frozenset[str]) -> str:

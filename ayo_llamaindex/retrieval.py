@@ -21,7 +21,7 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
-from llama_index.core.retrievers import QueryFusionRetriever
+from llama_index.core.retrievers import AutoMergingRetriever, QueryFusionRetriever
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -39,7 +39,14 @@ _FUSION_MIRRORED = shim.FUSION_RETRIEVER_MIRRORED
 
 
 def retriever_kind(retriever: Any) -> tuple[str, str]:
-    """``("vector" | "fusion" | "opaque", reason-if-opaque)``."""
+    """``("vector" | "fusion" | "auto_merging" | "opaque", reason-if-opaque)``."""
+    if isinstance(retriever, AutoMergingRetriever):
+        if over := overrides_reason(retriever, AutoMergingRetriever, shim.AUTO_MERGING_MIRRORED):
+            return "opaque", over
+        inner, why = retriever_kind(shim.auto_merging_vector_retriever(retriever))
+        if inner != "vector":
+            return "opaque", f"AutoMergingRetriever over a retriever Ayo does not lower ({why})"
+        return "auto_merging", ""
     if isinstance(retriever, QueryFusionRetriever):
         if over := overrides_reason(retriever, QueryFusionRetriever, _FUSION_MIRRORED):
             return "opaque", over

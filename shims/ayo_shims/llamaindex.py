@@ -106,6 +106,28 @@ declare(f"{_CITATION}.CitationQueryEngine._create_citation_nodes", framework=COR
         check=has_attr(_CITATION, "CitationQueryEngine", "_create_citation_nodes"))
 
 
+declare("llama_index.core.retrievers.auto_merging_retriever.AutoMergingRetriever._vector_retriever/_try_merging",
+        framework=CORE, checked=CORE_CHECKED,
+        why="the auto-merging retriever's vector retriever is lowered, then its own merging runs on the nodes",
+        check=all_of(assigns("llama_index.core.retrievers.auto_merging_retriever", "AutoMergingRetriever",
+                             "_vector_retriever"),
+                     has_attr("llama_index.core.retrievers.auto_merging_retriever", "AutoMergingRetriever",
+                              "_try_merging")))
+
+
+def auto_merging_vector_retriever(retriever: Any) -> Any:
+    return retriever._vector_retriever
+
+
+def auto_merge(retriever: Any, nodes: list[Any]) -> list[Any]:
+    """``AutoMergingRetriever._retrieve`` after its vector retrieval: merge until nothing changes, then sort."""
+    cur_nodes, is_changed = retriever._try_merging(nodes)
+    while is_changed:
+        cur_nodes, is_changed = retriever._try_merging(cur_nodes)
+    cur_nodes.sort(key=lambda x: x.get_score(), reverse=True)
+    return cur_nodes
+
+
 def citation_multimodal(query_engine: Any) -> bool:
     return bool(query_engine._multimodal)
 
@@ -581,6 +603,10 @@ CITATION_ENGINE_MIRRORED = mirrored(_CITATION, "CitationQueryEngine", (
 VECTOR_RETRIEVER_MIRRORED = mirrored(_RETRIEVERS, "VectorIndexRetriever", (
     "retrieve", "_retrieve", "_get_nodes_with_embeddings", "_build_vector_store_query",
     "_handle_recursive_retrieval", "_needs_embedding"), why="retrieval is split into embed + search")
+_AUTO_MERGING = "llama_index.core.retrievers.auto_merging_retriever"
+AUTO_MERGING_MIRRORED = mirrored(_AUTO_MERGING, "AutoMergingRetriever", (
+    "retrieve", "aretrieve", "_retrieve", "_aretrieve", "_handle_recursive_retrieval"),
+    why="the vector retrieval inside is lowered; the retriever's own merging runs on its nodes")
 FUSION_RETRIEVER_MIRRORED = mirrored(_FUSION, "QueryFusionRetriever", (
     "retrieve", "_retrieve", "_get_queries", "_aget_queries", "_run_sync_queries", "_run_nested_async_queries",
     "_handle_recursive_retrieval", "_simple_fusion", "_reciprocal_rerank_fusion", "_relative_score_fusion"),
