@@ -64,6 +64,9 @@ SYNTHESIS_WHY = {
     "simple_summarize": "one call over the truncated, joined chunks",
     "accumulate": "one call per chunk, all in flight at once (stock: one after another unless use_async=True)",
     "compact_accumulate": "the synthesizer's own packing, then one call per packed chunk, all in flight at once",
+    "generation": "its one call (on the question alone, as stock) on Ayo's engine after retrieval",
+    "no_text": "no LLM call: an empty answer with the retrieved nodes, in a local node",
+    "context_only": "no LLM call: the retrieved chunks joined, in a local node",
 }
 POSTPROCESSOR_WHY = {
     "llm_rerank": "its batches' LLM calls all in flight at once on Ayo's engine (stock: one after another); "

@@ -114,7 +114,8 @@ def _lower_citations(g: Graph, plan: QueryEnginePlan, nodes: str) -> str:
 
 def speculation_board(plan: QueryEnginePlan, assign: EngineAssignment) -> SpeculationBoard | None:
     """A board when the last postprocessor is a streamable LLMRerank feeding a lowered synthesizer."""
-    if not plan.postprocessors or plan.synthesizer is None or plan.synthesizer.mode is None:
+    if not plan.postprocessors or plan.synthesizer is None or plan.synthesizer.mode in (None,
+                                                                                        *synthesis.NODE_FREE_MODES):
         return None
     last = plan.postprocessors[-1]
     if last.kind != "llm_rerank" or assign.llm_kind(last.llm) is None:
@@ -344,5 +345,7 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
             text = await synthesize_text(ctx, query.query_str, nodes)
         return shim.prepare_response_output(synth, text, list(nodes))  # BaseSynthesizer's own
 
+    if mode in synthesis.LOCAL_MODES:  # no_text / context_only make no LLM call: a local node
+        return Transform(run, "synthesizer", takes_ctx=True).build(g, "synthesize", {"query": query, "nodes": nodes})
     hooks = SynthesisHooks(run=run, engine=kind or "local", prefix=prefill.prefix_spec(plan, assign))
     return Synthesis(mode, module="synthesizer", hooks=hooks).build(g, "synthesize", {"query": query, "nodes": nodes})

@@ -25,6 +25,7 @@ from ayo_core.engines.prefix_warming import least_tokens, warm_prefix
 from ayo_core.graph import PrefixSpec
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.runtime import EngineAssignment
+from ayo_llamaindex.synthesis import NODE_FREE_MODES
 from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def renders(binding: LLMBinding, template: Any, late_vars: tuple[str, ...]) -> l
 
 def prefix_spec(synth_plan: Any, assign: EngineAssignment) -> PrefixSpec | None:
     """The synthesize node's ``PrefixSpec`` (the core's prefill-splitting pass adds the node)."""
-    if synth_plan is None or synth_plan.mode is None:
+    if synth_plan is None or synth_plan.mode in (None, *NODE_FREE_MODES):  # no prompt over the retrieved chunks
         return None
     binding = synth_plan.llm
     kind = assign.llm_kind(binding)

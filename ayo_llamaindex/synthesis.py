@@ -21,11 +21,14 @@ from llama_index.core.llms.structured_llm import StructuredLLM
 from llama_index.core.prompts.prompt_utils import get_biggest_prompt
 from llama_index.core.response_synthesizers import (
     CompactAndRefine,
+    Generation,
     Refine,
     SimpleSummarize,
     TreeSummarize,
 )
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
+from llama_index.core.response_synthesizers.context_only import ContextOnly
+from llama_index.core.response_synthesizers.no_text import NoText
 
 from ayo_core.introspect import overrides_reason
 from ayo_core.runtime import bridge
@@ -38,9 +41,13 @@ MAX_STALLED_LEVELS = 3
 # Methods whose stock control flow is mirrored below; a subclass overriding one of
 # them does something else, so it stays opaque.
 _MIRRORED = {cls: shim.SYNTHESIZER_MIRRORED[cls.__name__]
-             for cls in (SimpleSummarize, TreeSummarize, Refine, CompactAndRefine)}
+             for cls in (SimpleSummarize, TreeSummarize, Refine, CompactAndRefine, Generation, NoText, ContextOnly)}
 MODE_OF = {CompactAndRefine: "compact", Refine: "refine", TreeSummarize: "tree_summarize",
-           SimpleSummarize: "simple_summarize"}
+           SimpleSummarize: "simple_summarize", Generation: "generation", NoText: "no_text",
+           ContextOnly: "context_only"}
+# modes whose answer is not an LLM call over the chunks: no prefix to warm, nothing to speculate on
+NODE_FREE_MODES = ("generation", "no_text", "context_only")
+LOCAL_MODES = ("no_text", "context_only")  # no LLM call at all: a local node, not a decode
 
 
 def synthesis_mode(synth: Any) -> tuple[str | None, str]:
@@ -48,7 +55,8 @@ def synthesis_mode(synth: Any) -> tuple[str | None, str]:
     if not isinstance(synth, BaseSynthesizer):
         return None, f"{type(synth).__name__} is not a LlamaIndex synthesizer"
     # most specific first: CompactAndRefine is a Refine, CompactAndAccumulate an Accumulate
-    for cls in (CompactAndRefine, Refine, TreeSummarize, SimpleSummarize, *accumulate.MODE_OF):
+    for cls in (CompactAndRefine, Refine, TreeSummarize, SimpleSummarize, Generation, NoText, ContextOnly,
+                *accumulate.MODE_OF):
         if isinstance(synth, cls):
             if over := overrides_reason(synth, cls, _MIRRORED.get(cls) or accumulate.MIRRORED[cls]):
                 return None, over
@@ -92,8 +100,14 @@ async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str]
         return await simple_summarize(synth, query_str, chunks, predict)
     if mode in accumulate.MODES:
         return await accumulate.accumulate(synth, mode, query_str, chunks, predict)
+    if mode == "generation":  # Generation.get_response: the chunks are ignored, one call on the question
+        return await predict(shim.generation_template(synth), query_str=query_str)
+    if mode == "no_text":  # NoText.get_response
+        return ""
+    if mode == "context_only":  # ContextOnly.get_response
+        return "\n\n".join(chunks)
     raise ValueError(f"unknown synthesis mode {mode!r}: use compact, refine, tree_summarize, simple_summarize, "
-                     "accumulate or compact_accumulate")
+                     "accumulate, compact_accumulate, generation, no_text or context_only")
 
 
 def repack(synth: BaseSynthesizer, prompt: Any, chunks: Sequence[str]) -> list[str]:

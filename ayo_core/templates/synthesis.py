@@ -33,7 +33,9 @@ from ayo_core.templates.bound import SynthesisHooks, build_synthesis
 
 MODES = ("simple", "compact", "refine", "tree_summarize", "accumulate")
 # LlamaIndex's response_mode names
-ALIASES = {"tree": "tree_summarize", "simple_summarize": "simple", "compact_accumulate": "accumulate"}
+# (LlamaIndex's "generation" is one call, like simple, whose prompt ignores the chunks)
+ALIASES = {"tree": "tree_summarize", "simple_summarize": "simple", "compact_accumulate": "accumulate",
+           "generation": "simple"}
 MAX_TREE_LEVELS = 12
 
 

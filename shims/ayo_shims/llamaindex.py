@@ -367,6 +367,15 @@ def accumulate_format(synth: Any, outputs: list[Any], separator: str) -> str:
     return synth._format_response(outputs, separator)
 
 
+declare(f"{_SYNTH}.Generation._input_prompt", framework=CORE, checked=CORE_CHECKED,
+        why="generation is mirrored with the synthesizer's own template (its one call takes only the question)",
+        check=assigns(_SYNTH, "Generation", "_input_prompt"))
+
+
+def generation_template(synth: Any) -> Any:
+    return synth._input_prompt
+
+
 # -- node postprocessors (LLMRerank) --------------------------------------------------------
 
 declare("llama_index.core.postprocessor.LLMRerank._get_node_batches/_get_predict_kwargs/_parse_raw_response",
@@ -624,6 +633,9 @@ SYNTHESIZER_MIRRORED = {  # class name -> methods
                            why="accumulate is mirrored call by call (the calls concurrent)"),
     "CompactAndAccumulate": mirrored(f"{_SYNTH}.compact_and_accumulate", "CompactAndAccumulate", _SYNTH_RESPONSE + ("_give_responses",),
                                      why="compact_accumulate is mirrored call by call (the calls concurrent)"),
+    "Generation": mirrored(_SYNTH, "Generation", _SYNTH_RESPONSE, why="generation is mirrored (its one call)"),
+    "NoText": mirrored(f"{_SYNTH}.no_text", "NoText", _SYNTH_RESPONSE, why="no_text is mirrored (no call)"),
+    "ContextOnly": mirrored(f"{_SYNTH}.context_only", "ContextOnly", _SYNTH_RESPONSE, why="context_only is mirrored (no call)"),
 }
 RERANK_MIRRORED = mirrored("llama_index.core.postprocessor", "LLMRerank", (
     "postprocess_nodes", "_postprocess_nodes", "_get_node_batches", "_get_predict_kwargs", "_parse_raw_response"),

@@ -87,3 +87,16 @@ def test_output_cls_stays_opaque(llm_url, index) -> None:
     fast = ayo_llamaindex.optimize(RetrieverQueryEngine(index.as_retriever(similarity_top_k=2),
                                                         response_synthesizer=synth))
     assert "output_cls is set" in fast.explain()
+
+
+@pytest.mark.parametrize("mode", ["generation", "no_text", "context_only"])
+@pytest.mark.parametrize("chat", [True, False])
+def test_node_free_modes_same_as_stock(llm_url, index, mode, chat) -> None:
+    """generation: its one call (on the question alone) on Ayo's engine; no_text / context_only: no call."""
+    llm = make_llm(llm_url, chat=chat)
+    stock = index.as_query_engine(llm=llm, similarity_top_k=3, response_mode=mode)
+    fast = ayo_llamaindex.optimize(stock)
+    assert_same(stock.query(QUESTIONS[0]), fast.query(QUESTIONS[0]))
+    assert len(synth_calls(fast)) == (1 if mode == "generation" else 0)
+    assert f"Synthesis(mode={mode})" in str(fast.explain())
+    assert_same(asyncio.run(stock.aquery(QUESTIONS[1])), asyncio.run(fast.aquery(QUESTIONS[1])))

@@ -44,11 +44,30 @@ def test_accumulate_modes_are_lowered(index, mode, settings_llm) -> None:
 
 
 @pytest.mark.parametrize("mode", ["no_text", "generation", "context_only"])
-def test_other_response_modes_run_opaque(index, mode, settings_llm) -> None:
+def test_node_free_response_modes_are_lowered(index, mode, settings_llm) -> None:
     stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=3, response_mode=mode)
     fast = ayo_llamaindex.optimize(stock)
     compare(stock, fast)
-    assert "Opaque" in fast.explain()
+    assert_same(asyncio.run(stock.aquery(QUESTIONS[1])), asyncio.run(fast.aquery(QUESTIONS[1])))
+    text = str(fast.explain())
+    assert f"Synthesis(mode={mode})" in text and "Opaque" not in text
+
+
+@pytest.mark.parametrize("mode", ["no_text", "generation", "context_only"])
+def test_node_free_modes_streaming_or_subclassed_stay_opaque(index, mode, settings_llm) -> None:
+    stock = index.as_query_engine(llm=FakeLLM(), similarity_top_k=2, response_mode=mode, streaming=True)
+    assert "streaming=True" in str(ayo_llamaindex.optimize(stock).explain())
+    synth = stock._response_synthesizer  # noqa: SLF001 - the test's own engine
+
+    class Custom(type(synth)):
+        def get_response(self, *args, **kwargs):  # a user's own answer
+            return "custom"
+
+    custom = index.as_query_engine(llm=FakeLLM(), similarity_top_k=2,
+                                   response_synthesizer=Custom(llm=FakeLLM()))
+    fast = ayo_llamaindex.optimize(custom)
+    compare(custom, fast)
+    assert "overrides" in str(fast.explain())
 
 
 def test_mmr_and_metadata_filters(embed_model) -> None:
