@@ -17,7 +17,10 @@ Modules (each the way its framework's docs build it, at their defaults):
 - ``hyde``: a LlamaIndex ``TransformQueryEngine`` with ``HyDEQueryTransform`` answering four
   questions at once with ``aquery`` (stock's async path runs the transform's synchronous
   ``predict``, so each query's hypothetical document blocks the loop: the four decode one after
-  another; Ayo's decode concurrently).
+  another; Ayo's decode concurrently);
+- ``map``: a LangChain ``prompt | ChatOpenAI | StrOutputParser`` chain's ``.map()`` over four
+  questions (stock's ``RunnableEach`` already runs them through ``batch``, a thread each: the
+  honest comparison of a module stock does not run one by one).
 
 Each pair runs stock and Ayo on the same question, who goes first drawn as ``ayo compare`` draws
 it (``ayo_bench.stats.first_sides``), after one warm-up of each; every pair checks the answers
@@ -188,8 +191,30 @@ def run_pairs(name: str, pipeline: Pipeline, n: int, seed: int) -> dict[str, Any
             "ci95_high": interval.high if interval else None, "identical": len(ratios)}
 
 
+def map_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_openai import ChatOpenAI
+
+    import ayo_langchain
+
+    llm = ChatOpenAI(model=MODEL, base_url=url, api_key="none", temperature=0, max_tokens=max_tokens)
+    stock = (ChatPromptTemplate.from_template("Answer briefly: {question}") | llm | StrOutputParser()).map()
+    fast = ayo_langchain.optimize(stock)
+
+    def four(chain: Any) -> Callable[[str], Any]:
+        def call(question: str) -> list[str]:
+            first = QUESTIONS.index(question)
+            return chain.invoke([{"question": QUESTIONS[(first + i) % len(QUESTIONS)]} for i in range(4)])
+
+        return call
+
+    return four(stock), four(fast), list
+
+
 BUILDERS: dict[str, Callable[[str, int, int], Pipeline]] = {
-    "compressor": compressor_pipeline, "compressor_pipeline": compressor_pipeline_pipeline, "hyde": hyde_pipeline}
+    "compressor": compressor_pipeline, "compressor_pipeline": compressor_pipeline_pipeline, "hyde": hyde_pipeline,
+    "map": map_pipeline}
 
 
 def main(argv: list[str] | None = None) -> int:
