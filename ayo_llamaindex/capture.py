@@ -44,13 +44,13 @@ class RetrieverPlan:
 @dataclass
 class PostprocessorPlan:
     obj: Any
-    kind: str  # llm_rerank | local | opaque
+    kind: str  # llm_rerank | structured_rerank | local | opaque
     reason: str = ""
     llm: LLMBinding | None = None
 
     @property
     def template(self) -> str:
-        return {"llm_rerank": "Rerank", "local": "Transform"}.get(self.kind, "Opaque")
+        return {"llm_rerank": "Rerank", "local": "Transform", "structured_rerank": "Transform"}.get(self.kind, "Opaque")
 
 
 @dataclass

@@ -73,6 +73,9 @@ POSTPROCESSOR_WHY = {
                   "the batches, prompts and parsing are the reranker's own",
     "local": "local work: the user's object runs in one node of the graph (recognized through the MRO, so a "
              "subclass is a local node too)",
+    "structured_rerank": "its structured-output calls stay its LLM's own (function calling or a parsed "
+                         "completion), in one node; under query() its batches' calls run together (stock: one "
+                         "after another), under aquery() its own async path, concurrent as in stock",
 }
 RETRIEVER_WHY = {
     "vector": "the query embedded on Ayo's embedding engine (when it serves the embed model), then the search "
@@ -82,7 +85,7 @@ RETRIEVER_WHY = {
     "auto_merging": "its vector retriever lowered (the query embedded on Ayo's embedding engine), then the "
                     "retriever's own merging of the leaves into their parents; over another retriever it stays opaque",
 }
-MIRRORED = {"llm_rerank": shim.RERANK_MIRRORED, "vector": shim.VECTOR_RETRIEVER_MIRRORED,
+MIRRORED = {"llm_rerank": shim.RERANK_MIRRORED, "structured_rerank": shim.STRUCTURED_RERANK_MIRRORED, "vector": shim.VECTOR_RETRIEVER_MIRRORED,
             "auto_merging": shim.AUTO_MERGING_MIRRORED,
             "fusion": shim.FUSION_RETRIEVER_MIRRORED, "retriever_query_engine": shim.ENGINE_MIRRORED,
             "citation_query_engine": shim.CITATION_ENGINE_MIRRORED}

@@ -259,10 +259,13 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
     pp = plan.obj
     module = f"postprocessor[{name[4:]}]"
     if plan.kind != "llm_rerank":
-        async def run(ctx: Any, query: QueryBundle, nodes: list) -> Any:
-            return await postprocess.local_postprocess(pp, nodes, query)
+        step = postprocess.structured_rerank if plan.kind == "structured_rerank" else postprocess.local_postprocess
 
-        template = Opaque if plan.kind == "opaque" else postprocess.LOCAL_TEMPLATES.find(pp)
+        async def run(ctx: Any, query: QueryBundle, nodes: list) -> Any:
+            return await step(pp, nodes, query)
+
+        template = {"opaque": Opaque, "structured_rerank": Transform}.get(plan.kind) or \
+            postprocess.LOCAL_TEMPLATES.find(pp)
         return template(run, module, takes_ctx=True, resources=None, cost=0.005, reason=plan.reason).build(
             g, name, {"query": query, "nodes": nodes})
     llm, kind = plan.llm, assign.llm_kind(plan.llm)

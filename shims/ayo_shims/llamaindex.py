@@ -16,6 +16,7 @@ importing them only to check them would cost ``optimize()`` seconds (torch).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -394,6 +395,43 @@ def rerank_predict_kwargs(postprocessor: Any, batch: list[Any], query_str: str) 
 
 def rerank_parse(postprocessor: Any, raw_response: str, batch: list[Any]) -> list[Any]:
     return postprocessor._parse_raw_response(raw_response, batch)
+
+
+_STRUCTURED_RERANK = "llama_index.core.postprocessor.structured_llm_rerank"
+STRUCTURED_RERANK_MIRRORED = mirrored(_STRUCTURED_RERANK, "StructuredLLMRerank", (
+    "postprocess_nodes", "_postprocess_nodes", "_rerank_start_event", "_get_node_batches", "_get_predict_kwargs",
+    "_reranking_event_payload", "_parse_batch_result", "_sort_and_truncate"),
+    why="StructuredLLMRerank's sync loop is mirrored with its batches' calls concurrent")
+declare(f"{_STRUCTURED_RERANK} dispatcher", framework=CORE, checked=CORE_CHECKED,
+        why="the mirrored StructuredLLMRerank loop sends its ReRankEndEvent through the module's own dispatcher",
+        check=has_attr("llama_index.core.postprocessor", "structured_llm_rerank", "dispatcher"))
+
+
+def structured_rerank(postprocessor: Any, nodes: list[Any], query_bundle: Any,
+                      run_all: Callable[[list[Callable[[], Any]]], list[Any]]) -> list[Any]:
+    """``StructuredLLMRerank._postprocess_nodes`` step by step, its batches' ``structured_predict`` calls
+    handed together to ``run_all`` (which returns their results in order) instead of made one by one."""
+    from llama_index.core.callbacks import CBEventType, EventPayload
+    from llama_index.core.instrumentation.events.rerank import ReRankEndEvent
+
+    pp = postprocessor
+    pp._rerank_start_event(nodes, query_bundle)
+    if query_bundle is None:
+        raise ValueError("Query bundle must be provided.")
+    if len(nodes) == 0:
+        return []
+    batches = pp._get_node_batches(nodes)
+    with pp.callback_manager.event(CBEventType.RERANKING,
+                                   payload=pp._reranking_event_payload(nodes, query_bundle)) as event:
+        calls = [functools.partial(pp.llm.structured_predict, **pp._get_predict_kwargs(b, query_bundle.query_str))
+                 for b in batches]
+        initial: list[Any] = []
+        for batch_idx, (result, batch) in enumerate(zip(run_all(calls), batches, strict=True)):
+            initial.extend(pp._parse_batch_result(result, batch, batch_idx))
+        reranked = pp._sort_and_truncate(initial)
+        event.on_end(payload={EventPayload.NODES: reranked})
+    importlib.import_module(_STRUCTURED_RERANK).dispatcher.event(ReRankEndEvent(nodes=reranked))
+    return reranked
 
 
 # -- indexes -------------------------------------------------------------------------------
