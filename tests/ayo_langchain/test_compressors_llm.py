@@ -75,10 +75,12 @@ def test_server_rejection_raises_the_sdks_error(llm_url: str, vectorstore: Any, 
     assert str(fast_error.value) == str(stock_error.value)
 
 
-def test_other_compressors_stay_opaque(vectorstore: Any, embeddings: Any) -> None:
+def test_a_local_compressor_runs_in_its_node(vectorstore: Any, embeddings: Any) -> None:
+    """An ``EmbeddingsFilter`` (no model call) runs as the user's object after the lowered retriever."""
     from langchain_classic.retrievers.document_compressors import EmbeddingsFilter
 
     retriever = ContextualCompressionRetriever(base_compressor=EmbeddingsFilter(embeddings=embeddings),
                                                base_retriever=vectorstore.as_retriever())
-    assert "compressor EmbeddingsFilter is not LLMChainExtractor/LLMChainFilter" in \
-        str(ayo_langchain.optimize(retriever).explain())
+    fast = ayo_langchain.optimize(retriever)
+    assert [d.page_content for d in fast.invoke(QUESTION)] == [d.page_content for d in retriever.invoke(QUESTION)]
+    assert "EmbeddingsFilter runs as the user's object" in str(fast.explain())
