@@ -30,7 +30,8 @@ from llama_index.core.base.embeddings.base import mean_agg
 
 from ayo_core.engines.remote_embedding import OPENAI_MAX_INPUTS, SENT_PARAMS
 from ayo_core.introspect import overrides_reason
-from ayo_llamaindex import events
+from ayo_core.runtime.caller import in_async_call
+from ayo_llamaindex import events, spans
 from ayo_shims import llamaindex as shim
 from ayo_shims import llamaindex_embeddings as openai_shim
 
@@ -132,8 +133,25 @@ class EmbedBinding:
         if ready is not None:
             async def take() -> list[list[float]]:
                 return [ready]
-            return await events.embedding(self.model, texts, take)
-        return await events.embedding(self.model, texts, lambda: send(texts, kind=kind, batch_size=self.batch_size))
+            compute = take
+        else:
+            def compute() -> Any:
+                return send(texts, kind=kind, batch_size=self.batch_size)
+        if kind != "query":
+            return await events.embedding(self.model, texts, compute)
+        # get_query_embedding's spans: its events in the outer one, the encoding in the inner ones
+        outer, *inner = shim.query_embedding_span_names(self.model, in_async_call())
+
+        async def encode() -> list[list[float]]:
+            with spans.opened(self.model, inner, texts[0]) as box:
+                vectors = await compute()
+                box.set(vectors[0])
+            return vectors
+
+        with spans.opened(self.model, [outer], texts[0]) as box:
+            vectors = await events.embedding(self.model, texts, encode)
+            box.set(vectors[0])
+        return vectors
 
 
 def _openai_class() -> type | None:

@@ -33,6 +33,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 
 from ayo_core.introspect import once
 from ayo_core.runtime import recording as recorder
+from ayo_llamaindex import spans
 from ayo_shims import llamaindex as shim
 
 # the dispatchers stock emits on (a handler attached to one of them sees our events too)
@@ -52,17 +53,25 @@ def recording() -> contextlib.AbstractContextManager[list[Any]]:
     speculative synthesis packs chunks): see :func:`_install_hooks`.
     """
     _install_hooks()
-    return recorder.recording()
+    return _recording()
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[list[Any]]:
+    with recorder.recording() as records, spans.recording():
+        yield records
 
 
 @once
 def _install_hooks() -> None:
-    """Make ``CallbackManager.on_event_start`` / ``on_event_end`` record while a task records.
+    """Make ``CallbackManager.on_event_start`` / ``on_event_end`` and the dispatcher's spans and events
+    record while a task records.
 
     Process-wide wrapt wrappers, inert (one context-variable read) outside a recording task:
     LlamaIndex code that a speculative synthesis calls emits through them directly.
     """
     shim.wrap_callback_events(_start_hook, _end_hook)
+    shim.wrap_dispatcher_spans(spans.record_span_enter, spans.record_other)
 
 
 def _start_args(event_type: Any, payload: Any = None, event_id: str | None = None, parent_id: str | None = None,
@@ -104,20 +113,22 @@ def _completion_response(result: Any) -> CompletionResponse:
 
 
 async def _chat_call(llm: Any, messages: list[Any], call: Callable[[], Awaitable[Any]]) -> ChatResponse:
-    """``llm.achat(messages)``'s events around ``call`` (the request Ayo sends)."""
+    """``llm.chat(messages)``'s spans and events around ``call`` (the request Ayo sends)."""
     async def body(_self: Any, _messages: Any) -> ChatResponse:
         return _chat_response(await call())
 
-    return await llm_chat_callback()(body)(llm, messages)
+    with spans.opened(llm, spans.call_names(llm, "chat"), messages) as box:
+        return box.set(await llm_chat_callback()(body)(llm, messages))
 
 
 async def _completion_call(llm: Any, prompt: str, call: Callable[[], Awaitable[Any]],
                            **kwargs: Any) -> CompletionResponse:
-    """``llm.acomplete(prompt, **kwargs)``'s events around ``call``."""
+    """``llm.complete(prompt, **kwargs)``'s spans and events around ``call``."""
     async def body(_self: Any, _prompt: str, **_kw: Any) -> CompletionResponse:
         return _completion_response(await call())
 
-    return await llm_completion_callback()(body)(llm, prompt, **kwargs)
+    with spans.opened(llm, spans.call_names(llm, "complete"), prompt, **kwargs) as box:
+        return box.set(await llm_completion_callback()(body)(llm, prompt, **kwargs))
 
 
 async def predict(llm: Any, prompt: Any, prompt_args: dict[str, Any], call: Callable[[], Awaitable[Any]]) -> Any:
@@ -135,8 +146,9 @@ async def _around(call: Callable[[], Awaitable[Any]],
     """``emit_events`` around ``call``, returning ``call()``'s raw result (the engine's, with token usage)."""
     records = recorder.current()
     if records is not None:  # speculative: send now, emit later (if used) with the same result
+        replay = spans.in_recorded_span(lambda: emit_events(_canned(result)))
         result = await call()
-        records.append(lambda: emit_events(_canned(result)))
+        records.append(replay)
         return result
     box: list[Any] = []
     await emit_events(_boxed(call, box))
@@ -161,14 +173,17 @@ async def _predict_events(llm: Any, prompt: Any, prompt_args: dict[str, Any],
                           call: Callable[[], Awaitable[Any]]) -> Any:
     from llama_index.core.instrumentation.events.llm import LLMPredictEndEvent, LLMPredictStartEvent
 
-    _LLM.event(LLMPredictStartEvent(template=prompt, template_args=prompt_args))
-    shim.llm_log_template_data(llm, prompt, **prompt_args)
-    box: list[Any] = []
-    if llm.metadata.is_chat_model:
-        await _chat_call(llm, shim.llm_messages(llm, prompt, **prompt_args), _boxed(call, box))
-    else:
-        await _completion_call(llm, shim.llm_prompt(llm, prompt, **prompt_args), _boxed(call, box), formatted=True)
-    _LLM.event(LLMPredictEndEvent(output=shim.llm_parse_output(llm, box[0].text)))
+    with spans.opened(llm, spans.call_names(llm, "predict"), prompt, **prompt_args) as span:
+        _LLM.event(LLMPredictStartEvent(template=prompt, template_args=prompt_args))
+        shim.llm_log_template_data(llm, prompt, **prompt_args)
+        box: list[Any] = []
+        if llm.metadata.is_chat_model:
+            await _chat_call(llm, shim.llm_messages(llm, prompt, **prompt_args), _boxed(call, box))
+        else:
+            await _completion_call(llm, shim.llm_prompt(llm, prompt, **prompt_args), _boxed(call, box),
+                                   formatted=True)
+        output = span.set(shim.llm_parse_output(llm, box[0].text))
+        _LLM.event(LLMPredictEndEvent(output=output))
     return box[0]
 
 
@@ -196,7 +211,7 @@ class _Event:
 
 
 def _dispatch(dispatcher: Any, event_factory: Callable[[], Any]) -> None:
-    recorder.emit(lambda: dispatcher.event(event_factory()))
+    recorder.emit(spans.in_recorded_span(lambda: dispatcher.event(event_factory())))
 
 
 async def embedding(model: Any, chunks: list[str], call: Callable[[], Awaitable[list[list[float]]]]) -> Any:
@@ -217,7 +232,7 @@ async def embedding(model: Any, chunks: list[str], call: Callable[[], Awaitable[
 async def retrieve(retriever: Any, query: Any, call: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
     """``BaseRetriever.retrieve``'s events around ``call`` (the lowered retrieval)."""
     event = Retrieval(retriever, query)
-    with event.failing():
+    with event.inside(), event.failing():
         nodes = await call()
     return event.end(nodes)
 
@@ -251,15 +266,41 @@ class Retrieval(_SplitEvents):
 
         self.retriever, self.query = retriever, query
         shim.check_callback_manager(retriever)
-        _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
-        self.event = _Event(retriever.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
+        # the spans of retrieve() > _retrieve() (when the class spans its _retrieve: VectorIndexRetriever
+        # does, QueryFusionRetriever's _aretrieve does not); the work runs in the innermost (inside())
+        self.span = spans.of_method(retriever, spans.sync_or_async("retrieve"), query)
+        self.inner: list[spans.Span] = []
+        with self.span.active():
+            _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
+            self.event = _Event(retriever.callback_manager, CBEventType.RETRIEVE,
+                                {EventPayload.QUERY_STR: query.query_str})
+            name = spans.sync_or_async("_retrieve")
+            for _ in range(spans.spanned_levels(retriever, name)):
+                with (self.inner[-1] if self.inner else self.span).active():
+                    self.inner.append(spans.of_method(retriever, name, query))
+
+    def inside(self) -> contextlib.AbstractContextManager[Any]:
+        """The retrieval's innermost span active while the block runs (the query embedding's spans nest in it)."""
+        return (self.inner[-1] if self.inner else self.span).active()
 
     def end(self, nodes: list[Any]) -> list[Any]:
         from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
 
+        for span in reversed(self.inner):
+            span.exit(nodes)
         self.event.end({EventPayload.NODES: nodes})
-        _dispatch(_RETRIEVE, lambda: RetrievalEndEvent(str_or_query_bundle=self.query, nodes=nodes))
-        return nodes
+        with self.span.active():
+            _dispatch(_RETRIEVE, lambda: RetrievalEndEvent(str_or_query_bundle=self.query, nodes=nodes))
+        return self.span.exit(nodes)
+
+    def fail(self, exc: BaseException) -> None:
+        super().fail(exc)
+        if getattr(self, "dropped", False):  # a step's failure, then the query's: the spans end once
+            return
+        self.dropped = True
+        for span in reversed(self.inner):
+            span.drop(exc)
+        self.span.drop(exc)
 
 
 # events one node opens and a later node ends; set per query by failing_open_events
@@ -313,22 +354,33 @@ class OuterRetrieval(Retrieval, _OpenUntilEnded):
     """The events of a retriever whose lowered retrieval spans several nodes around an inner retriever's
     (``AutoMergingRetriever``: its own ``retrieve`` events hold its vector retriever's)."""
 
-    def __init__(self, retriever: Any, query: Any) -> None:
+    def __init__(self, retriever: Any, query: Any, on_end: Callable[[], Any] | None = None) -> None:
         super().__init__(retriever, query)
+        self.on_end = on_end
         self.register()
 
     def end(self, nodes: list[Any]) -> list[Any]:
         self.unregister()
+        if self.on_end is not None:
+            self.on_end()
         return super().end(nodes)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.on_end is not None:
+            self.on_end()
+        super().fail(exc)
 
 
 class Synthesis(_SplitEvents):
     """``BaseSynthesizer.synthesize``'s events, split around the lowered synthesis."""
 
-    def __init__(self, synth: Any, query: Any) -> None:
+    def __init__(self, synth: Any, query: Any, nodes: Any = ()) -> None:
         from llama_index.core.instrumentation.events.synthesis import SynthesizeStartEvent
 
         self.synth, self.query, self.event = synth, query, None
+        # synthesize()'s span; the rest of this node runs in it (get_response, the LLM calls)
+        self.span = spans.of_method(synth, spans.sync_or_async("synthesize"), query, nodes)
+        shim.active_span_id().set(self.span.id_)
         _dispatch(_SYNTH, lambda: SynthesizeStartEvent(query=query))
 
     def begin(self) -> None:
@@ -342,7 +394,11 @@ class Synthesis(_SplitEvents):
         if self.event is not None:
             self.event.end({EventPayload.RESPONSE: response})
         _dispatch(_SYNTH, lambda: SynthesizeEndEvent(query=self.query, response=response))
-        return response
+        return self.span.exit(response)
+
+    def fail(self, exc: BaseException) -> None:
+        super().fail(exc)
+        self.span.drop(exc)
 
 
 @contextlib.contextmanager
@@ -353,6 +409,13 @@ def get_response(query_str: str, chunks: list[str]) -> Iterator[None]:
     _dispatch(_REFINE, lambda: GetResponseStartEvent(query_str=query_str, text_chunks=list(chunks)))
     yield
     _dispatch(_REFINE, lambda: GetResponseEndEvent())
+
+
+@contextlib.contextmanager
+def get_response_span(synth: Any, query_str: str, chunks: list[str]) -> Iterator[spans.Box]:
+    """``synth.get_response(query_str, chunks)``'s span (``aget_response`` under ``aquery``)."""
+    with spans.opened(synth, [spans.sync_or_async("get_response")], query_str, chunks) as box:
+        yield box
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ hooks in :mod:`ayo_llamaindex.speculation`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from typing import Any
 
@@ -48,7 +49,7 @@ from ayo_core.templates import (
     Transform,
 )
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
-from ayo_llamaindex import events, postprocess, prefill, retrieval, speculation, synthesis
+from ayo_llamaindex import events, postprocess, prefill, retrieval, spans, speculation, synthesis
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
 from ayo_llamaindex.runtime import EngineAssignment, embed_send, llm_send
 from ayo_shims import llamaindex as shim
@@ -196,7 +197,7 @@ def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         event = events.Retrieval(r, query)
         if not retrieval.needs_query_embedding(r, query):
             return None, event
-        with event.failing():
+        with event.inside(), event.failing():
             return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs)), event
 
     async def search(ctx: Any, query: QueryBundle, embedded: tuple[Any, events.Retrieval]) -> Any:
@@ -213,32 +214,45 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
     r, llm = plan.obj, plan.llm
     kind = assign.llm_kind(llm)
 
+    opened: dict[str, events.OuterRetrieval] = {}  # per query: the fusion retriever's own retrieve events
+
+    def fusion_event(ctx: Any, query: QueryBundle) -> events.OuterRetrieval:
+        """Opened by the first of its nodes (expand and original start together), ended by fuse: its
+        spans hold the query generation and every sub-retrieval, as stock's retrieve() holds them."""
+        if (event := opened.get(ctx.query_id)) is None:
+            event = opened[ctx.query_id] = events.OuterRetrieval(r, query, on_end=lambda: opened.pop(ctx.query_id,
+                                                                                                     None))
+        return event
+
     async def expand(ctx: Any, query: QueryBundle) -> list[str]:
-        if r.num_queries <= 1:
-            return []
-        # ctx.stream_cb streams the lines to the retrievals and, once the kept lines are final, stops
-        # the decode (the early_stop pass); stock's parse of a stopped text equals its parse of the whole
-        text = await llm.complete(llm_send(ctx, kind), retrieval.query_gen_prompt(r, query.query_str),
-                                  stream_cb=ctx.stream_cb)
+        with fusion_event(ctx, query).inside():
+            if r.num_queries <= 1:
+                return []
+            # ctx.stream_cb streams the lines to the retrievals and, once the kept lines are final, stops
+            # the decode (the early_stop pass); stock's parse of a stopped text equals its parse of the whole
+            text = await llm.complete(llm_send(ctx, kind), retrieval.query_gen_prompt(r, query.query_str),
+                                      stream_cb=ctx.stream_cb)
         retrieval.report_queries(r, text)
         return retrieval.parse_queries(r, text)
 
     async def original(ctx: Any, query: QueryBundle) -> list[list[Any]]:
-        return await _retrieve_with_subs(plan, assign, ctx, query)
+        with fusion_event(ctx, query).inside():
+            return await _retrieve_with_subs(plan, assign, ctx, query)
 
     async def generated(ctx: Any, queries: str) -> list[list[Any]]:
-        return await _retrieve_with_subs(plan, assign, ctx, QueryBundle(queries))
+        event = opened.get(ctx.query_id)
+        with event.inside() if event is not None else contextlib.nullcontext():
+            return await _retrieve_with_subs(plan, assign, ctx, QueryBundle(queries))
 
     async def fuse(ctx: Any, query: QueryBundle, original: list, generated: list, queries: list[str]) -> Any:
         results: dict[tuple[str, int], list[Any]] = {}
         for q, per_sub in zip([query.query_str, *queries], [original, *generated], strict=True):
             for i, nodes in enumerate(per_sub):
                 results[(q, i)] = nodes  # a repeated query string keeps its first slot, as in stock
-
-        async def fused() -> list[Any]:
-            return shim.handle_recursive_retrieval(r, query, retrieval.fuse(r, results))
-
-        return await events.retrieve(r, query, fused)  # the fusion retriever's own retrieve events
+        event = fusion_event(ctx, query)
+        with event.inside(), event.failing():
+            nodes = shim.handle_recursive_retrieval(r, query, retrieval.fuse(r, results))
+        return event.end(nodes)
 
     def streaming_parts(text: str) -> list[str]:
         # finished lines, then the line still being decoded (the runtime holds back the last part)
@@ -269,22 +283,30 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
         return template(run, module, takes_ctx=True, resources=None, cost=0.005, reason=plan.reason).build(
             g, name, {"query": query, "nodes": nodes})
     llm, kind = plan.llm, assign.llm_kind(plan.llm)
+    open_spans: dict[str, spans.Span] = {}  # per query: the span stock opens around the batches' calls
 
     async def batches(ctx: Any, query: QueryBundle, nodes: list) -> list:  # on the loop: it touches tasks
         out = shim.rerank_node_batches(pp, nodes)
+        open_spans[ctx.query_id] = spans.rerank_span(pp, nodes, query)
         if board is not None and out:
             board.open(ctx.query_id, out, (pp, out, query.query_str))
         return out
+
+    def failed(ctx: Any, exc: BaseException) -> None:
+        if board is not None:
+            board.pop(ctx.query_id)
+        if (span := open_spans.pop(ctx.query_id, None)) is not None:
+            span.drop(exc)
 
     async def choose(ctx: Any, query: QueryBundle, batch: list) -> str:
         spec = board.get(ctx.query_id) if board is not None else None
         stream_cb = spec.stream_cb(ctx, batch) if spec is not None else None
         try:
-            return await llm.predict(llm_send(ctx, kind), pp.choice_select_prompt, stream_cb=stream_cb,
-                                     **shim.rerank_predict_kwargs(pp, batch, query.query_str))
-        except BaseException:
-            if board is not None:
-                board.pop(ctx.query_id)
+            with spans.within(open_spans.get(ctx.query_id)), spans.rerank_job():
+                return await llm.predict(llm_send(ctx, kind), pp.choice_select_prompt, stream_cb=stream_cb,
+                                         **shim.rerank_predict_kwargs(pp, batch, query.query_str))
+        except BaseException as exc:
+            failed(ctx, exc)
             raise
 
     async def merge(ctx: Any, batches: list, raw: list[str]) -> list:
@@ -292,11 +314,13 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
             initial = []
             for raw_response, batch in zip(raw, batches, strict=True):
                 initial.extend(shim.rerank_parse(pp, raw_response, batch))
-            return sorted(initial, key=lambda x: x.score or 0.0, reverse=True)[: pp.top_n]
-        except BaseException:
-            if board is not None:
-                board.pop(ctx.query_id)
+            chosen = sorted(initial, key=lambda x: x.score or 0.0, reverse=True)[: pp.top_n]
+        except BaseException as exc:
+            failed(ctx, exc)
             raise
+        if (span := open_spans.pop(ctx.query_id, None)) is not None:
+            span.exit(chosen)
+        return chosen
 
     hooks = RerankHooks(batches=batches, choose=choose, merge=merge, engine=kind or "local")
     return Rerank(pp.top_n, module=module, hooks=hooks).build(g, name, {"query": query, "nodes": nodes})
@@ -333,7 +357,7 @@ def lower_synthesizer(g: Graph, plan: SynthesizerPlan, assign: EngineAssignment,
 
     async def run(ctx: Any, query: QueryBundle, nodes: list) -> Any:
         spec = board.pop(ctx.query_id, cancel=False) if board is not None else None
-        event = events.Synthesis(synth, query)
+        event = events.Synthesis(synth, query, nodes)
         if len(nodes) == 0:
             if spec is not None:
                 spec.cancel()

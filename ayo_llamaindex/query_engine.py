@@ -22,7 +22,7 @@ from ayo_core.graph import Graph
 from ayo_core.introspect import overridden
 from ayo_core.pipeline import OptimizedPipeline, Options
 from ayo_core.runtime.caller import CALLER_LOOP
-from ayo_llamaindex import events
+from ayo_llamaindex import events, spans
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex.capture import QueryEnginePlan, capture_query_engine
 from ayo_llamaindex.lowering import build_query_graph
@@ -105,17 +105,29 @@ class OptimizedQueryEngine(BaseQueryEngine):
 
     # query/aquery and the delegating API below are marked spanned_elsewhere: the span is the one
     # of the method they call (BaseQueryEngine.query, the stock engine's), not a second one
+    # query/aquery open the stock engine's spans (``RetrieverQueryEngine.query`` > ``._query``, as
+    # BaseQueryEngine.query opens them around the stock engine) and emit BaseQueryEngine.query's events
     @spanned_elsewhere
     def query(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
         if self._stock_query:  # the stock engine's own query() emits what it emits, in the opaque node
             return self._answer(_bundle(str_or_query_bundle))
-        return super().query(str_or_query_bundle)
+        with spans.opened(self._stock, ["query"], str_or_query_bundle) as outer:
+            with events.QueryCall(self, str_or_query_bundle).span() as done:
+                bundle = _bundle(str_or_query_bundle)
+                with spans.opened(self._stock, ["_query"], bundle) as inner:
+                    response = inner.set(self._answer(bundle))
+                return outer.set(done(response))
 
     @spanned_elsewhere
     async def aquery(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
         if self._stock_query:
             return await self._aanswer(_bundle(str_or_query_bundle))
-        return await super().aquery(str_or_query_bundle)
+        with spans.opened(self._stock, ["aquery"], str_or_query_bundle) as outer:
+            with events.QueryCall(self, str_or_query_bundle).span() as done:
+                bundle = _bundle(str_or_query_bundle)
+                with spans.opened(self._stock, ["_aquery"], bundle) as inner:
+                    response = inner.set(await self._aanswer(bundle))
+                return outer.set(done(response))
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         return self._answer(query_bundle)

@@ -32,7 +32,8 @@ from llama_index.core.response_synthesizers.no_text import NoText
 
 from ayo_core.introspect import overrides_reason
 from ayo_core.runtime import bridge
-from ayo_llamaindex import accumulate, events
+from ayo_core.runtime.caller import in_async_call
+from ayo_llamaindex import accumulate, events, spans
 from ayo_shims import llamaindex as shim
 
 PredictFn = Callable[..., Awaitable[str]]
@@ -87,12 +88,20 @@ def source_texts(nodes: Sequence[Any]) -> list[str]:
 
 
 async def run_synthesis(synth: Any, mode: str, query_str: str, chunks: list[str], predict: PredictFn) -> Any:
-    """``synth.get_response(query_str, chunks)`` for a mirrored ``mode``."""
+    """``synth.get_response(query_str, chunks)`` for a mirrored ``mode``, in its span."""
+    with events.get_response_span(synth, query_str, chunks) as box:
+        return box.set(await _get_response(synth, mode, query_str, chunks, predict))
+
+
+async def _get_response(synth: Any, mode: str, query_str: str, chunks: list[str], predict: PredictFn) -> Any:
     if mode == "compact":
         # called, not copied; off Ayo's loop, where LlamaIndex's token counting would start a thread per call
         chunks = await bridge.off_loop(shim.make_compact_text_chunks, synth, query_str, chunks)
-    if mode in ("compact", "refine"):
-        with events.get_response(query_str, chunks):  # Refine.get_response's events (compact: packed chunks)
+        # CompactAndRefine.get_response calls Refine.get_response: a second span of the same name
+        with events.get_response_span(synth, query_str, chunks) as box, events.get_response(query_str, chunks):
+            return box.set(await refine_loop(synth, query_str, chunks, predict))
+    if mode == "refine":
+        with events.get_response(query_str, chunks):  # Refine.get_response's events
             return await refine_loop(synth, query_str, chunks, predict)
     if mode == "tree_summarize":
         return await tree_summarize(synth, query_str, chunks, predict)
@@ -144,11 +153,23 @@ async def refine_loop(synth: Refine, query_str: str, chunks: Sequence[str], pred
                 chunks_deque.extendleft(repacked)
                 continue
             prompt_kwargs = {"context_msg": repacked[0]}
-        answer = await predict(prompt_template, **prompt_kwargs)
+        answer = await _program_call(synth, prompt_template, prompt_kwargs, predict)
         # DefaultRefineProgram always says query_satisfied=True; an empty answer keeps the old one
         if answer:
             response = answer
     return response or "Empty Response"
+
+
+async def _program_call(synth: Refine, template: Any, kwargs: dict[str, Any], predict: PredictFn) -> str:
+    """One refine step: stock calls its ``DefaultRefineProgram`` (``program(**kwargs)``, a span, under
+    ``query()``; ``await program.acall(**kwargs)``, none, under ``aquery()``), which calls ``llm.predict``."""
+    if in_async_call():
+        return await predict(template, **kwargs)
+    program = shim.refine_program(synth, template)
+    with spans.opened(program, ["__call__"], **kwargs) as box:
+        answer = await predict(template, **kwargs)
+        box.set(answer)  # stock's result is a StructuredRefineResponse; handlers read its answer
+    return answer
 
 
 async def tree_summarize(synth: TreeSummarize, query_str: str, chunks: Sequence[str], predict: PredictFn) -> str:

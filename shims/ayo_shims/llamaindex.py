@@ -373,6 +373,11 @@ declare(f"{_SYNTH}.Generation._input_prompt", framework=CORE, checked=CORE_CHECK
         check=assigns(_SYNTH, "Generation", "_input_prompt"))
 
 
+def refine_program(synth: Any, template: Any) -> Any:
+    """The program ``Refine`` makes for one step (``DefaultRefineProgram``: its span is opened on it)."""
+    return synth._program_factory(template)
+
+
 def generation_template(synth: Any) -> Any:
     return synth._input_prompt
 
@@ -528,6 +533,16 @@ def wrap_callback_events(start: Callable[..., Any], end: Callable[..., Any]) -> 
     wrapt.wrap_function_wrapper(CallbackManager, "on_event_end", end)
 
 
+def wrap_dispatcher_spans(enter: Callable[..., Any], other: Callable[..., Any]) -> None:
+    """``enter`` around ``Dispatcher.span_enter``, ``other`` around its ``span_exit``, ``span_drop`` and ``event``."""
+    import wrapt
+    from llama_index_instrumentation.dispatcher import Dispatcher
+
+    wrapt.wrap_function_wrapper(Dispatcher, "span_enter", enter)
+    for name in ("span_exit", "span_drop", "event"):
+        wrapt.wrap_function_wrapper(Dispatcher, name, other)
+
+
 declare("llama_index_instrumentation.dispatcher.DISPATCHER_SPAN_DECORATED_ATTR", framework=INSTRUMENTATION,
         checked=INSTRUMENTATION_CHECKED,
         why="Ayo's delegating methods are marked so DispatcherSpanMixin opens no second span around them",
@@ -537,6 +552,60 @@ declare("llama_index_instrumentation dispatcher spans are wrapt.BoundFunctionWra
         why="a stock method whose span Ayo's own method opened is called without it",
         check=all_of(importable("wrapt", "BoundFunctionWrapper"),
                      has_attr("llama_index_instrumentation.dispatcher", "Dispatcher", "span")))
+
+
+declare("llama_index_instrumentation active_span_id/active_instrument_tags, SpanDropEvent", framework=INSTRUMENTATION,
+        checked=INSTRUMENTATION_CHECKED,
+        why="Ayo opens the spans of the steps it does itself as the dispatcher's span decorator opens them",
+        check=all_of(has_attr("llama_index_instrumentation", "span", "active_span_id"),
+                     has_attr("llama_index_instrumentation", "dispatcher", "active_instrument_tags",
+                              "DISPATCHER_SPAN_DECORATED_ATTR"),
+                     has_attr("llama_index_instrumentation.dispatcher", "Dispatcher", "span_enter", "span_exit",
+                              "span_drop"),
+                     importable("llama_index.core.instrumentation.events.span", "SpanDropEvent")))
+
+
+# embedding classes whose _aget_query_embedding encodes through their own _get_query_embedding (a span more)
+_ASYNC_QUERY_EMBEDDING_CALLS_SYNC = ("HuggingFaceEmbedding",)
+declare(f"{_HF}.HuggingFaceEmbedding._aget_query_embedding calls _get_query_embedding", framework=HF_EMBED,
+        checked=HF_EMBED_CHECKED, why="the spans Ayo opens for a query embedding under aquery() are stock's",
+        check=has_attr(_HF, "HuggingFaceEmbedding", "_aget_query_embedding", "_get_query_embedding"))
+
+
+def query_embedding_span_names(model: Any, is_async: bool) -> list[str]:
+    """The spans one ``get_query_embedding`` (``aget_query_embedding``) of ``model`` opens, outermost first."""
+    if not is_async:
+        return ["get_query_embedding", "_get_query_embedding"]
+    names = ["aget_query_embedding", "_aget_query_embedding"]
+    if any(c.__name__ in _ASYNC_QUERY_EMBEDDING_CALLS_SYNC for c in type(model).__mro__):
+        names.append("_get_query_embedding")
+    return names
+
+
+def active_span_id() -> Any:
+    from llama_index_instrumentation.span import active_span_id as var
+
+    return var
+
+
+def active_instrument_tags() -> Any:
+    from llama_index_instrumentation.dispatcher import active_instrument_tags as var
+
+    return var
+
+
+def span_drop_event(span_id: str, err_str: str) -> Any:
+    from llama_index.core.instrumentation.events.span import SpanDropEvent
+
+    return SpanDropEvent(span_id=span_id, err_str=err_str)
+
+
+def is_spanned(fn: Any) -> bool:
+    """``fn`` (a class's own attribute) is a concrete method the dispatcher's span decorator wraps."""
+    from llama_index_instrumentation.dispatcher import DISPATCHER_SPAN_DECORATED_ATTR
+
+    return fn is not None and not getattr(fn, "__isabstractmethod__", False) and \
+        bool(getattr(fn, DISPATCHER_SPAN_DECORATED_ATTR, False))
 
 
 def mark_spanned_elsewhere(method: Callable[..., Any]) -> Callable[..., Any]:

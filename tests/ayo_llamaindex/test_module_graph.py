@@ -22,7 +22,7 @@ def test_plan_exposes_the_module_graph_with_template_kinds() -> None:
     index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=MockEmbedding(embed_dim=8))
     fusion = QueryFusionRetriever([index.as_retriever(similarity_top_k=2)], llm=FakeLLM(), num_queries=3)
     qe = RetrieverQueryEngine(fusion, node_postprocessors=[SimilarityPostprocessor(), LLMRerank(llm=FakeLLM())],
-                              response_synthesizer=get_response_synthesizer(llm=FakeLLM(), response_mode="generation"))
+                              response_synthesizer=get_response_synthesizer(llm=FakeLLM(), streaming=True))
     plan = capture_query_engine(qe)
     mg = plan.modules()
     assert [(m.name, m.kind) for m in mg.modules()] == [
