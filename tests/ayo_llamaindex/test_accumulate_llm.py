@@ -91,9 +91,12 @@ def test_output_cls_stays_opaque(llm_url, index) -> None:
 
 @pytest.mark.parametrize("mode", ["generation", "no_text", "context_only"])
 @pytest.mark.parametrize("chat", [True, False])
-def test_node_free_modes_same_as_stock(llm_url, index, mode, chat) -> None:
+def test_node_free_modes_same_as_stock(llm_url, index, mode, chat, monkeypatch) -> None:
     """generation: its one call (on the question alone) on Ayo's engine; no_text / context_only: no call."""
+    from llama_index.core import Settings
+
     llm = make_llm(llm_url, chat=chat)
+    monkeypatch.setattr(Settings, "_llm", llm)  # NoText / ContextOnly are built from Settings.llm (OpenAI by default)
     stock = index.as_query_engine(llm=llm, similarity_top_k=3, response_mode=mode)
     fast = ayo_llamaindex.optimize(stock)
     assert_same(stock.query(QUESTIONS[0]), fast.query(QUESTIONS[0]))
