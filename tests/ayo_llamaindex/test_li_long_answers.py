@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from llama_index.core import get_response_synthesizer
 from llama_index.core.indices.query.query_transform import HyDEQueryTransform
-from llama_index.core.postprocessor import LLMRerank
 from llama_index.core.query_engine import RetrieverQueryEngine, TransformQueryEngine
 from llama_index.core.retrievers import QueryFusionRetriever
 from llama_index.llms.openai_like import OpenAILike
@@ -66,13 +65,14 @@ def test_streamed_response_token_by_token(llm_url: str, index: Any, tokens: int)
     assert asyncio.run(tokens_of(fast)) == asyncio.run(tokens_of(stock))
 
 
-def test_fusion_rerank_refine(llm_url: str, index: Any, tokens: int = 128) -> None:
-    short = make_llm(llm_url, 64)  # the query generation and the rerank: their outputs are parsed
+def test_fusion_refine(llm_url: str, index: Any, tokens: int = 128) -> None:
+    # no LLMRerank here: this model's choice lists rarely parse, so stock keeps no node and answers
+    # "Empty Response" (the short-answer suites compare that); the refine chain's long answers are the point
+    short = make_llm(llm_url, 64)  # the query generation: its lines are parsed
     fusion = QueryFusionRetriever([index.as_retriever(similarity_top_k=2)], llm=short, num_queries=3,
-                                  similarity_top_k=4)
+                                  similarity_top_k=3)
     stock = RetrieverQueryEngine(
-        fusion, response_synthesizer=get_response_synthesizer(llm=make_llm(llm_url, tokens), response_mode="refine"),
-        node_postprocessors=[LLMRerank(llm=short, choice_batch_size=2, top_n=2)])
+        fusion, response_synthesizer=get_response_synthesizer(llm=make_llm(llm_url, tokens), response_mode="refine"))
     check(stock, ayo_llamaindex.optimize(stock))
 
 
