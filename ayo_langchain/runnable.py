@@ -434,7 +434,9 @@ class OptimizedRunnable(Runnable):
 
 def _lower_call(plan: Plan, run: ChainCall) -> Graph:
     """One call's primitive graph: the captured tree lowered for ``run`` (its configs and run managers)."""
-    g = Graph()
+    # a sync RunnableParallel waits for all its branches before it raises (its thread pool's exit):
+    # on a failure the query lets what does not need the failed node finish too
+    g = Graph(meta={"drain_on_failure": run.sync})
     g.input("input")
     g.output(Lowerer(plan, run, graph=g).lower(plan.root, "input", run.cfg))
     return g

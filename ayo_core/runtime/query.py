@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ayo_core.graph import Graph, Node, Op
 from ayo_core.runtime.context import Expand, NodeContext
+from ayo_core.runtime.drain import doomed_by
 from ayo_core.runtime.errors import AyoError, NodeFailed
 from ayo_core.runtime.execute import grow, input_value, invoke, node_failure, parts_of
 from ayo_core.runtime.states import NodeState, node_transition
@@ -47,6 +48,8 @@ class QueryRun:
         self.channels = {name: PartChannel() for name in stream_sources(graph)}
         self.remaining = 0
         self.failure: NodeFailed | None = None
+        self.expanded_to: dict[str, str] = {}  # expanded node -> its expansion's output
+        self.doomed: set[str] | None = None  # draining after a failure: the nodes that will not run
         self.finished: asyncio.Future = loop.create_future()
         self.depths, self.slacks = rt.costs.analyse(graph)
 
@@ -88,6 +91,9 @@ class QueryRun:
         if not node.meta.get("optional"):
             self.remaining += 1
         self.tasks[node.name] = loop.create_task(self._node_task(node), name=f"{self.graph.query_id}:{node.name}")
+        if self.doomed is not None and node.deps & self.doomed:  # an expansion grown while draining
+            self.doomed.add(node.name)
+            self.tasks[node.name].cancel()
 
     def _set_state(self, name: str, state: NodeState) -> None:
         self.states[name] = node_transition(self.states[name], state, f"node {name!r} of {self.graph.query_id!r}")
@@ -101,7 +107,7 @@ class QueryRun:
         self.done[node.name].set_result(None)
         if not node.meta.get("optional"):
             self.remaining -= 1
-            if self.remaining == 0 and not self.finished.done():
+            if self.remaining == 0 and self.failure is None and not self.finished.done():
                 self.finished.set_result(None)
 
     def _fail(self, exc: NodeFailed) -> None:
@@ -109,8 +115,28 @@ class QueryRun:
             self.failure = exc
             self.trace.status = "failed"
             self.trace.error = str(exc)
-            if not self.finished.done():
-                self.finished.set_exception(exc)
+        if self.graph.meta.get("drain_on_failure"):
+            self._drain(exc.node)
+        elif not self.finished.done():
+            self.finished.set_exception(self.failure)
+
+    def _drain(self, failed: str) -> None:
+        """Cancel what ``failed`` dooms (``ayo_core.runtime.drain``); the rest runs to its end first."""
+        new = doomed_by(self.graph, failed, self.expanded_to) - (self.doomed or set())
+        self.doomed = (self.doomed or set()) | new
+        me = asyncio.current_task()
+        for name in new:
+            task = self.tasks.get(name)
+            if task is not None and task is not me and not task.done():
+                task.cancel()
+        self._settle()
+
+    def _settle(self) -> None:
+        """Raise the failure once every node it did not doom has ended (draining only)."""
+        if self.failure is None or self.doomed is None or self.finished.done():
+            return
+        if all(n in self.doomed or self.states[n] >= NodeState.DONE for n in self.tasks):
+            self.finished.set_exception(self.failure)
 
     # ---- one node -------------------------------------------------------------------
     async def _node_task(self, node: Node) -> None:
@@ -134,6 +160,8 @@ class QueryRun:
             if self.states.get(name, NodeState.DONE) < NodeState.DONE:
                 self._set_state(name, NodeState.FAILED)
             self._fail(node_failure(self.graph.query_id, node, exc))
+        finally:
+            self._settle()
 
     async def _expand(self, node: Node, expansion: Expand) -> Any:
         with self.trace.measure("scheduling"):
@@ -142,6 +170,7 @@ class QueryRun:
             for n in new:
                 self._spawn(n)
             self._set_state(node.name, NodeState.EXPANDED)
+            self.expanded_to[node.name] = expansion.output
         await self.done[expansion.output]
         return self.values[expansion.output]
 

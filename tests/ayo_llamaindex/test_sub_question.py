@@ -94,7 +94,9 @@ def outcome(engine: Any, question: str, debug: LlamaDebugHandler, use_aquery: bo
         p = end.payload[EventPayload.SUB_QUESTION]
         pairs.append((p.sub_q.sub_question, p.sub_q.tool_name, p.answer,
                       [(n.node.node_id, n.node.get_content()) for n in p.sources]))
-    sources = [(n.node.get_content(), n.score) for n in response.source_nodes]
+    # scores to 5 places: a query embedded in a batch differs from one embedded alone by float32
+    # rounding (~1e-7, ayo_core.engines.embedding); the ranking and texts are compared exactly
+    sources = [(n.node.get_content(), None if n.score is None else round(n.score, 5)) for n in response.source_nodes]
     return ("ok", str(response), sources, sorted(pairs, key=repr))
 
 
