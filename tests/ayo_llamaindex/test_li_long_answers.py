@@ -1,9 +1,10 @@
 """Long answers on the real server (issue 30 item 3): each pattern the adapter lowers, stock vs Ayo at
-128 output tokens, and the streamed response, refine's chain and the chat engine at 256 too (marked
-slow, run in CI): the text, the source nodes, and for the streamed patterns every token in order. The
-short-answer suites (24-64 tokens) cannot see a difference late in a decode or at a stream boundary.
-One question per pattern, called once (the async paths are compared at shorter lengths elsewhere):
-a 128-token answer takes this 2-core machine's server about 6 s, and CI time is bounded.
+64 output tokens in the default suite, and the streamed response, refine's chain and the chat engine
+at 128 and 256 too (marked ``long``: ``make test-long``): the text, the source nodes, and for the
+streamed patterns every token in order. The short-answer suites (24-48 tokens) cannot see a
+difference late in a decode or at a stream boundary. One question per pattern, called once (the async
+paths are compared at shorter lengths elsewhere): a 128-token answer takes this 2-core machine's
+server about 6 s, and CI time is bounded (at 128/256 tokens this file took 11 minutes alone).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from tests.ayo_llamaindex.conftest import assert_same
 
 pytestmark = [pytest.mark.llm, pytest.mark.timeout(900)]
 QUESTION = "Explain in detail how to serialize a Python object to JSON and read it back."
-LENGTHS = [128, pytest.param(256, marks=pytest.mark.slow)]
+DEFAULT = 64  # tokens in the default suite (the issue asks for at least 64)
+LENGTHS = [DEFAULT, pytest.param(128, marks=pytest.mark.long), pytest.param(256, marks=pytest.mark.long)]
 MODES = ["compact", "refine", "tree_summarize", "accumulate", "generation"]
 
 
@@ -32,22 +34,29 @@ def make_llm(url: str, tokens: int) -> OpenAILike:
                       temperature=0.0, max_tokens=tokens)
 
 
-def check(stock: Any, fast: Any) -> None:
+def long_enough(text: str, tokens: int) -> bool:
+    """The answer used most of its token budget (about 3 words per 4 tokens here): it did not end early."""
+    return len(text.split()) >= tokens // 3
+
+
+def check(stock: Any, fast: Any, tokens: int) -> None:
     want = stock.query(QUESTION)
     assert_same(want, fast.query(QUESTION))
-    assert len(str(want).split()) >= 40, "the model ended its answer early: pick a question it answers at length"
+    assert long_enough(str(want), tokens), "the model ended its answer early: pick a question it answers at length"
 
 
+@pytest.mark.parametrize("tokens", LENGTHS[:2])
 @pytest.mark.parametrize("mode", MODES)
-def test_synthesis_modes(llm_url: str, index: Any, mode: str) -> None:
-    stock = index.as_query_engine(llm=make_llm(llm_url, 128), similarity_top_k=2, response_mode=mode)
-    check(stock, ayo_llamaindex.optimize(stock))
+def test_synthesis_modes(llm_url: str, index: Any, mode: str, tokens: int) -> None:
+    stock = index.as_query_engine(llm=make_llm(llm_url, tokens), similarity_top_k=2, response_mode=mode)
+    check(stock, ayo_llamaindex.optimize(stock), tokens)
 
 
-@pytest.mark.slow
-def test_refine_at_256(llm_url: str, index: Any) -> None:
-    stock = index.as_query_engine(llm=make_llm(llm_url, 256), similarity_top_k=2, response_mode="refine")
-    check(stock, ayo_llamaindex.optimize(stock))
+@pytest.mark.long
+@pytest.mark.parametrize("tokens", [128, 256])
+def test_refine_long(llm_url: str, index: Any, tokens: int) -> None:
+    stock = index.as_query_engine(llm=make_llm(llm_url, tokens), similarity_top_k=2, response_mode="refine")
+    check(stock, ayo_llamaindex.optimize(stock), tokens)
 
 
 @pytest.mark.parametrize("tokens", LENGTHS)
@@ -56,7 +65,7 @@ def test_streamed_response_token_by_token(llm_url: str, index: Any, tokens: int)
     fast = ayo_llamaindex.optimize(stock)
     want = list(stock.query(QUESTION).response_gen)
     assert list(fast.query(QUESTION).response_gen) == want
-    assert len("".join(want).split()) >= 40
+    assert long_enough("".join(want), tokens)
 
     async def tokens_of(engine: Any) -> list[str]:
         response = await engine.aquery(QUESTION)
@@ -65,7 +74,7 @@ def test_streamed_response_token_by_token(llm_url: str, index: Any, tokens: int)
     assert asyncio.run(tokens_of(fast)) == asyncio.run(tokens_of(stock))
 
 
-def test_fusion_refine(llm_url: str, index: Any, tokens: int = 128) -> None:
+def test_fusion_refine(llm_url: str, index: Any, tokens: int = DEFAULT) -> None:
     # no LLMRerank here: this model's choice lists rarely parse, so stock keeps no node and answers
     # "Empty Response" (the short-answer suites compare that); the refine chain's long answers are the point
     short = make_llm(llm_url, 64)  # the query generation: its lines are parsed
@@ -73,13 +82,13 @@ def test_fusion_refine(llm_url: str, index: Any, tokens: int = 128) -> None:
                                   similarity_top_k=3)
     stock = RetrieverQueryEngine(
         fusion, response_synthesizer=get_response_synthesizer(llm=make_llm(llm_url, tokens), response_mode="refine"))
-    check(stock, ayo_llamaindex.optimize(stock))
+    check(stock, ayo_llamaindex.optimize(stock), tokens)
 
 
 def test_hyde(llm_url: str, index: Any) -> None:
-    llm = make_llm(llm_url, 128)
+    llm = make_llm(llm_url, DEFAULT)
     stock = TransformQueryEngine(index.as_query_engine(llm=llm, similarity_top_k=2), HyDEQueryTransform(llm=llm))
-    check(stock, ayo_llamaindex.optimize(stock))
+    check(stock, ayo_llamaindex.optimize(stock), DEFAULT)
 
 
 @pytest.mark.parametrize("tokens", LENGTHS)
