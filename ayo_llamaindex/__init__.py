@@ -41,6 +41,7 @@ def optimize(target: Any, policy: str = "critical_path", *, options: Any = None)
     from ayo_llamaindex.chat_engine import OptimizedChatEngine, optimize_chat_engine
     from ayo_llamaindex.docqa import OptimizedFunction
     from ayo_llamaindex.query_engine import OptimizedQueryEngine
+    from ayo_llamaindex.wrapper_engines import OptimizedWrapperEngine
     from ayo_shims import llamaindex as shim
     from ayo_shims import llamaindex_chat, llamaindex_engines, openai_sdk  # noqa: F401 - imported for their touchpoint declarations
     from ayo_shims.touchpoints import verify
@@ -49,14 +50,15 @@ def optimize(target: Any, policy: str = "critical_path", *, options: Any = None)
     verify(*shim.frameworks_in_use())
     if options is not None:
         policy = options.policy
-    if isinstance(target, OptimizedQueryEngine | OptimizedFunction | OptimizedChatEngine):
+    if isinstance(target, OptimizedQueryEngine | OptimizedFunction | OptimizedChatEngine | OptimizedWrapperEngine):
         # wrapping our own stand-in again would only add a layer (and a thread hop) per query
         same = target._policy == policy and options is None
         return target if same else optimize(target.stock, policy=policy, options=options)
     if isinstance(target, BaseQueryEngine):
         from ayo_llamaindex.composed_engines import optimize_composed  # SubQuestion / Router / Transform
+        from ayo_llamaindex.wrapper_engines import optimize_wrapper  # Retry* / MultiStep: the inner engine
 
-        return (optimize_composed(target, policy, options)
+        return (optimize_composed(target, policy, options) or optimize_wrapper(target, policy, options)
                 or OptimizedQueryEngine(target, policy=policy, options=options))
     if isinstance(target, BaseChatEngine):  # recognized modes are lowered; any other stays the user's
         return optimize_chat_engine(target, policy=policy)

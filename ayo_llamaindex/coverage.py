@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from ayo_core.coverage import CoverageRow, exported_classes, probe, row
 from ayo_core.modules import OPAQUE
-from ayo_llamaindex import postprocess, router, sub_question, transform
+from ayo_llamaindex import postprocess, router, sub_question, transform, wrapper_engines
 from ayo_llamaindex.capture import PostprocessorPlan, RetrieverPlan, capture_query_engine, capture_synthesizer
 from ayo_llamaindex.chat_engine_capture import MODES as CHAT_MODES
 from ayo_llamaindex.chat_engine_capture import recognize_chat_engine
@@ -259,15 +259,42 @@ def _citation_query_engine() -> Any:
         return CitationQueryEngine.from_args(index, llm=llm)
 
 
+def _wrapper_engine(cls: type) -> Callable[[], Any]:
+    """A real wrapping engine of ``cls`` (Retry*, MultiStep) over :func:`_retriever_query_engine`."""
+    def build() -> Any:
+        from llama_index.core.evaluation import GuidelineEvaluator, RelevancyEvaluator
+        from llama_index.core.indices.query.query_transform import StepDecomposeQueryTransform
+
+        with _settings_llm() as llm:
+            inner = _retriever_query_engine()
+            if cls is li_query_engines.MultiStepQueryEngine:
+                return cls(inner, query_transform=StepDecomposeQueryTransform(llm=llm))
+            if cls is li_query_engines.RetryGuidelineQueryEngine:
+                return cls(inner, GuidelineEvaluator(llm=llm))
+            if cls is li_query_engines.RetrySourceQueryEngine:
+                return cls(inner, RelevancyEvaluator(llm=llm), llm=llm)
+            return cls(inner, RelevancyEvaluator(llm=llm))
+
+    return build
+
+
 # classes whose decision reads the object's fields: a small real one stands for the class
 EXAMPLES: dict[type, Callable[[], Any]] = {RetrieverQueryEngine: _retriever_query_engine,
                                            TransformQueryEngine: _hyde_query_engine,
-                                           li_query_engines.CitationQueryEngine: _citation_query_engine}
+                                           li_query_engines.CitationQueryEngine: _citation_query_engine,
+                                           **{cls: _wrapper_engine(cls) for cls in wrapper_engines.WRAPPERS}}
+WRAPPER_WHY = ("its own loop (evaluate and retry, or decompose and answer: each step needs the last answer) "
+               "runs as the user's code, a subclass's too; the engine it calls is optimized")
 
 
 def query_engine_row(cls: type, engine: Any) -> CoverageRow:
     """What ``optimize`` makes of ``engine`` (an object of ``cls``)."""
     group = "query engines"
+    inner = getattr(engine, wrapper_engines.INNER, None)
+    if isinstance(engine, wrapper_engines.WRAPPERS) and isinstance(inner, BaseQueryEngine):
+        inner_row = query_engine_row(type(inner), inner)
+        return row(FRAMEWORK, group, cls, f"UserLoop -> ({inner_row.template})",
+                   f"{WRAPPER_WHY} (here a {type(inner).__name__}: {inner_row.state})")
     for composed in COMPOSED_ENGINES:
         if isinstance(engine, composed.base):
             if reason := composed.not_lowered_reason(engine):

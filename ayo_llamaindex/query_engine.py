@@ -129,11 +129,21 @@ class OptimizedQueryEngine(BaseQueryEngine):
                     response = inner.set(await self._aanswer(bundle))
                 return outer.set(done(response))
 
+    # called directly by a wrapping engine (RetryQueryEngine calls its inner engine's _query): the
+    # stock engine's _query span, as the stock engine's own method would open it
+    @spanned_elsewhere
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return self._answer(query_bundle)
+        if self._stock_query:
+            return self._answer(query_bundle)
+        with spans.opened(self._stock, ["_query"], query_bundle) as inner:
+            return inner.set(self._answer(query_bundle))
 
+    @spanned_elsewhere
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return await self._aanswer(query_bundle)
+        if self._stock_query:
+            return await self._aanswer(query_bundle)
+        with spans.opened(self._stock, ["_aquery"], query_bundle) as inner:
+            return inner.set(await self._aanswer(query_bundle))
 
     # _answer/_aanswer carry no span (only _query/_aquery, which LlamaIndex's mixin spans, stand
     # for the stock engine's _query): an engine defining query() itself has only its own spans

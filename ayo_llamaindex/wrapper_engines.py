@@ -1,0 +1,113 @@
+"""Query engines that wrap another engine in their own control flow: ``RetryQueryEngine``,
+``RetryGuidelineQueryEngine``, ``RetrySourceQueryEngine``, ``MultiStepQueryEngine``.
+
+Their loops (evaluate, transform the query, retry; decompose, answer, decompose again) depend on each
+answer in turn, so there is nothing to overlap between their steps: their code stays the user's and
+runs as it is, and the engine they call inside (``_query_engine``) is Ayo's optimized stand-in for it,
+so each of its answers is lowered (retrieval, postprocessors, synthesis on Ayo's engines, with
+whatever the inner engine's lowering runs concurrently). What the user observes is stock's: the
+wrapper's own events and spans come from its own code, the inner engine's from the stand-in, which
+mirrors them (the inner ``_query`` a retry engine calls directly opens the stock engine's span).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.response.schema import RESPONSE_TYPE
+from llama_index.core.prompts.mixin import PromptMixinType
+from llama_index.core.query_engine import (
+    MultiStepQueryEngine,
+    RetryGuidelineQueryEngine,
+    RetryQueryEngine,
+    RetrySourceQueryEngine,
+)
+from llama_index.core.schema import QueryBundle
+
+from ayo_core.explain import Explanation
+from ayo_shims import llamaindex as shim
+
+log = logging.getLogger(__name__)
+
+WRAPPERS = (RetryQueryEngine, RetryGuidelineQueryEngine, RetrySourceQueryEngine, MultiStepQueryEngine)
+INNER = "_query_engine"  # where each of them keeps the engine it calls
+
+
+def optimize_wrapper(target: Any, policy: str, options: Any = None) -> OptimizedWrapperEngine | None:
+    """The stand-in for a wrapping engine (its inner engine optimized); None for any other engine."""
+    if not isinstance(target, WRAPPERS):
+        return None
+    inner = getattr(target, INNER, None)
+    if not isinstance(inner, BaseQueryEngine):
+        return None
+    return OptimizedWrapperEngine(target, policy=policy, options=options)
+
+
+class OptimizedWrapperEngine(BaseQueryEngine):
+    """A wrapping engine whose own code runs as the user's, over the optimized inner engine.
+
+    ``query``/``aquery`` are the wrapper's own (a shallow copy of it holding the stand-in), so its
+    events and spans are the ones it opens; the user's object is left untouched (``stock``).
+    """
+
+    def __init__(self, wrapper: BaseQueryEngine, policy: str = "critical_path", options: Any = None) -> None:
+        from ayo_llamaindex import optimize
+
+        self._stock, self._policy = wrapper, policy
+        self._inner = optimize(getattr(wrapper, INNER), policy=policy, options=options)
+        self._running = copy.copy(wrapper)  # the user's control flow, calling the stand-in
+        setattr(self._running, INNER, self._inner)
+        super().__init__(callback_manager=wrapper.callback_manager)
+
+    @property
+    def stock(self) -> BaseQueryEngine:
+        return self._stock
+
+    @property
+    def inner(self) -> Any:
+        """The optimized stand-in of the engine the wrapper calls."""
+        return self._inner
+
+    @property
+    def last_trace(self) -> Any:
+        return getattr(self._inner, "last_trace", None)
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return shim.prompt_modules(self._stock)
+
+    # the wrapper's own methods open its own spans and events: none here on top
+    @shim.mark_spanned_elsewhere
+    def query(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
+        return self._running.query(str_or_query_bundle)
+
+    @shim.mark_spanned_elsewhere
+    async def aquery(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
+        return await self._running.aquery(str_or_query_bundle)
+
+    @shim.mark_spanned_elsewhere
+    def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        return self._running._query(query_bundle)  # noqa: SLF001 - an outer wrapper calls it so
+
+    @shim.mark_spanned_elsewhere
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        return await self._running._aquery(query_bundle)  # noqa: SLF001
+
+    def __getattr__(self, name: str) -> Any:
+        # the rest of the wrapper's API (max_retries, _evaluator, ...) is the running copy's
+        if name.startswith("__") or name in ("_running", "_stock", "_inner"):
+            raise AttributeError(name)
+        return getattr(self._running, name)
+
+    def explain(self) -> Explanation:
+        """The inner engine's explanation (a fresh one), titled with the wrapper that calls it."""
+        inner = self._inner.explain()
+        title = (f"{type(self._stock).__name__}: its own control flow runs as the user's code; "
+                 f"the engine it calls ({type(getattr(self._stock, INNER)).__name__}) is optimized")
+        inner.title = f"{title}\n{inner.title}" if inner.title else title
+        return inner
+
+    def __repr__(self) -> str:
+        return f"OptimizedWrapperEngine({type(self._stock).__name__} over {self._inner!r})"
