@@ -52,6 +52,7 @@ def test_compression_retriever_alone(llm_url: str, vectorstore: Any, compressor:
     assert "DocumentCompression" in text and "opaque (0)" in text
 
 
+@pytest.mark.long  # the default suite has this chain: test_lc_long_answers.py's "compression" pattern
 def test_extractor_in_a_rag_chain(llm_url: str, vectorstore: Any) -> None:
     llm = chat(llm_url)
     retriever = ContextualCompressionRetriever(base_compressor=LLMChainExtractor.from_llm(llm),

@@ -95,6 +95,7 @@ def run_conversations(stock: Any, fast: Any, stock_store: dict, fast_store: dict
     return answers
 
 
+@pytest.mark.long  # the default suite's chat with memory: test_lc_long_answers.py (two turns, 64 tokens)
 def test_chat_with_memory_three_turns(llm_url: str) -> None:
     stock_store, stock = chat_with_memory(llm_url)
     fast_store, inner = chat_with_memory(llm_url)

@@ -98,6 +98,9 @@ def test_each_mode_and_call_style_matches_stock(llm_url, index, mode, style) -> 
     assert fast.chat_history == stock.chat_history == []
 
 
+# five-turn conversations: long (make test-long); the default suite's long turns are
+# test_li_long_answers.py::test_chat_engine_streamed (two streamed turns at 64 tokens)
+@pytest.mark.long
 def test_five_questions_with_long_answers_match_stock(llm_url, index) -> None:
     """``condense_plus_context`` with 64-token outputs: a five-turn conversation, every condense step real."""
     stock = make_engine(index, llm_url, "condense_plus_context", max_tokens=64)
@@ -107,6 +110,7 @@ def test_five_questions_with_long_answers_match_stock(llm_url, index) -> None:
     assert max(len(t["text"]) for t in expected) > 100  # long answers really ran
 
 
+@pytest.mark.long
 def test_condense_question_streams_five_long_turns_as_stock(llm_url, index) -> None:
     """``condense_question`` streamed (``astream_chat``), 64-token outputs: the condense decodes on Ayo's engine."""
     stock = make_engine(index, llm_url, "condense_question", max_tokens=64)

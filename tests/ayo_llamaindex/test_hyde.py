@@ -49,7 +49,7 @@ def outcome(response: Any) -> tuple:
     return str(response), [(n.node.node_id, round(n.score, 5)) for n in response.source_nodes]
 
 
-@pytest.mark.parametrize("include_original", [True, False])
+@pytest.mark.parametrize("include_original", [pytest.param(True, marks=pytest.mark.long), False])
 def test_hyde_answers_as_stock(llm_url: str, hyde_index: VectorStoreIndex, include_original: bool) -> None:
     stock = hyde_engine(llm_url, hyde_index, include_original)
     fast = ayo_llamaindex.optimize(stock)

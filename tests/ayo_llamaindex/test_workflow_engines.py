@@ -205,7 +205,7 @@ def fusion_retriever(index: VectorStoreIndex, llm: Any) -> Any:
                                 similarity_top_k=3, use_async=True)
 
 
-@pytest.mark.parametrize("kind", ["vector", "fusion"])
+@pytest.mark.parametrize("kind", ["vector", pytest.param("fusion", marks=pytest.mark.long)])
 def test_retrievals_in_steps_run_lowered_and_match_stock(llm_url: str, index: VectorStoreIndex, kind: str) -> None:
     def make() -> RAGWorkflow:
         llm = make_llm(llm_url)
