@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload, LlamaDebugHandler
@@ -110,6 +111,31 @@ def test_citation_events_match_stock(index, settings_llm) -> None:
 
 
 def test_a_query_engine_ayo_does_not_lower(index, settings_llm) -> None:
+    from llama_index.core.base.base_query_engine import BaseQueryEngine
+
+    class Delegating(BaseQueryEngine):
+        """A user's own engine class: runs as the user's object, in one opaque node."""
+
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+            super().__init__(callback_manager=None)
+
+        def _get_prompt_modules(self) -> dict:
+            return {}
+
+        def _query(self, query_bundle: QueryBundle) -> Any:
+            return self._inner.query(query_bundle)
+
+        async def _aquery(self, query_bundle: QueryBundle) -> Any:
+            return self._inner.query(query_bundle)
+
+    stock = Delegating(index.as_query_engine(llm=FakeLLM(), similarity_top_k=2))
+    fast = ayo_llamaindex.optimize(stock)
+    compare(stock, fast)
+    assert "Delegating is a query engine Ayo does not lower" in fast.explain()
+
+
+def test_a_retry_engine_runs_its_loop_over_the_optimized_engine(index, settings_llm) -> None:
     from llama_index.core.evaluation import GuidelineEvaluator
     from llama_index.core.query_engine import RetryQueryEngine
 
@@ -117,7 +143,7 @@ def test_a_query_engine_ayo_does_not_lower(index, settings_llm) -> None:
     stock = RetryQueryEngine(inner, GuidelineEvaluator(llm=FakeLLM(), guidelines="Answer briefly."), max_retries=0)
     fast = ayo_llamaindex.optimize(stock)
     compare(stock, fast)
-    assert "RetryQueryEngine is a query engine Ayo does not lower" in fast.explain()
+    assert "RetryQueryEngine: its own control flow runs as the user's code" in fast.explain()
 
 
 def test_query_bundle_with_custom_embedding_strs(index) -> None:
