@@ -113,10 +113,7 @@ class OptimizedQueryEngine(BaseQueryEngine):
             return self._answer(_bundle(str_or_query_bundle))
         with spans.opened(self._stock, ["query"], str_or_query_bundle) as outer:
             with events.QueryCall(self, str_or_query_bundle).span() as done:
-                bundle = _bundle(str_or_query_bundle)
-                with spans.opened(self._stock, ["_query"], bundle) as inner:
-                    response = inner.set(self._answer(bundle))
-                return outer.set(done(response))
+                return outer.set(done(self._query(_bundle(str_or_query_bundle))))
 
     @spanned_elsewhere
     async def aquery(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
@@ -124,13 +121,10 @@ class OptimizedQueryEngine(BaseQueryEngine):
             return await self._aanswer(_bundle(str_or_query_bundle))
         with spans.opened(self._stock, ["aquery"], str_or_query_bundle) as outer:
             with events.QueryCall(self, str_or_query_bundle).span() as done:
-                bundle = _bundle(str_or_query_bundle)
-                with spans.opened(self._stock, ["_aquery"], bundle) as inner:
-                    response = inner.set(await self._aanswer(bundle))
-                return outer.set(done(response))
+                return outer.set(done(await self._aquery(_bundle(str_or_query_bundle))))
 
-    # called directly by a wrapping engine (RetryQueryEngine calls its inner engine's _query): the
-    # stock engine's _query span, as the stock engine's own method would open it
+    # the stock engine's _query span, as its own method opens it: inside query(), and where a wrapping
+    # engine calls _query directly (RetryQueryEngine calls its inner engine's _query)
     @spanned_elsewhere
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         if self._stock_query:

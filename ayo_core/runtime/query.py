@@ -122,8 +122,10 @@ class QueryRun:
 
     def _drain(self, failed: str) -> None:
         """Cancel what ``failed`` dooms (``ayo_core.runtime.drain``); the rest runs to its end first."""
-        new = doomed_by(self.graph, failed, self.expanded_to) - (self.doomed or set())
-        self.doomed = (self.doomed or set()) | new
+        if self.doomed is None:
+            self.doomed = set()
+        new = doomed_by(self.graph, failed, self.expanded_to) - self.doomed
+        self.doomed |= new
         me = asyncio.current_task()
         for name in new:
             task = self.tasks.get(name)
