@@ -89,11 +89,13 @@ class OptimizedWrapperEngine(BaseQueryEngine):
 
     @shim.mark_spanned_elsewhere
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return self._running._query(query_bundle)  # noqa: SLF001 - an outer wrapper calls it so
+        run_query, _ = shim.engine_spanned_query_methods(self._running)  # an outer wrapper calls it so
+        return run_query(query_bundle)
 
     @shim.mark_spanned_elsewhere
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return await self._running._aquery(query_bundle)  # noqa: SLF001
+        _, run_aquery = shim.engine_spanned_query_methods(self._running)
+        return await run_aquery(query_bundle)
 
     def __getattr__(self, name: str) -> Any:
         # the rest of the wrapper's API (max_retries, _evaluator, ...) is the running copy's

@@ -175,6 +175,12 @@ def engine_query_methods(query_engine: Any) -> tuple[Callable[..., Any], Callabl
     return without_span(query_engine._query), without_span(query_engine._aquery)
 
 
+def engine_spanned_query_methods(query_engine: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The stock engine's ``_query`` and ``_aquery`` as they are, each opening its own span (a
+    wrapping engine's stand-in delegates to them when an outer engine calls its ``_query``)."""
+    return query_engine._query, query_engine._aquery
+
+
 # -- retrievers ----------------------------------------------------------------------------
 
 declare(f"{_RETRIEVERS}.VectorIndexRetriever._embed_model/_vector_store", framework=CORE, checked=CORE_CHECKED,
