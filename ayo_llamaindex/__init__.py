@@ -61,7 +61,7 @@ def optimize(target: Any, policy: str = "critical_path", *, options: Any = None)
         return (optimize_composed(target, policy, options) or optimize_wrapper(target, policy, options)
                 or OptimizedQueryEngine(target, policy=policy, options=options))
     if isinstance(target, BaseChatEngine):  # recognized modes are lowered; any other stays the user's
-        return optimize_chat_engine(target, policy=policy)
+        return optimize_chat_engine(target, policy=policy, options=options)
     if (workflow := _optimize_workflow(target, policy)) is not None:
         return workflow
     if _is_llama_index_object(target):

@@ -14,28 +14,26 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from typing import Any
 
 from llama_index.core.callbacks import trace_method
 from llama_index.core.chat_engine.types import AgentChatResponse, BaseChatEngine, StreamingAgentChatResponse
 from llama_index.core.schema import QueryBundle
 
-from ayo_core.explain import Explanation, explanation
-from ayo_core.passes import optimize_graph
+from ayo_core.explain import Explanation
+from ayo_core.pipeline import OptimizedPipeline, Options
 from ayo_core.runtime.caller import CALLER_LOOP
-from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_llamaindex import chat_engine_turns as turns
 from ayo_llamaindex.chat_engine_capture import ChatEnginePlan, capture_chat_engine
 from ayo_llamaindex.chat_engine_lowering import TurnState, build_turn_graph
-from ayo_llamaindex.runtime import LOOP, assign_engines, runtime_for
+from ayo_llamaindex.runtime import LOOP, EngineAssignment, assign_engines, runtime_for
 from ayo_shims import llamaindex_chat as chat_shim
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
 
 
-def optimize_chat_engine(engine: Any, policy: str = "critical_path") -> Any:
+def optimize_chat_engine(engine: Any, policy: str = "critical_path", options: Options | None = None) -> Any:
     """An :class:`OptimizedChatEngine` for a recognized chat engine; any other stays the user's object
     (a warning says why)."""
     from ayo_llamaindex import unsupported_message
@@ -44,7 +42,7 @@ def optimize_chat_engine(engine: Any, policy: str = "critical_path") -> Any:
     if plan is None:
         log.warning("ayo_llamaindex.optimize: %s", unsupported_message(engine, reason))
         return engine
-    return OptimizedChatEngine(plan, policy=policy)
+    return OptimizedChatEngine(plan, policy=policy, options=options)
 
 
 class OptimizedChatEngine(BaseChatEngine):
@@ -52,17 +50,20 @@ class OptimizedChatEngine(BaseChatEngine):
 
     Same responses (text, ``sources``, ``source_nodes``), same memory contents, same stream text as
     the stock engine; ``explain()`` shows what was lowered; ``last_trace`` is the last turn's trace.
+    A facade over the core's :class:`~ayo_core.pipeline.OptimizedPipeline`: a turn's graph closes
+    over that turn's history and state, so it is lowered and optimized per turn (no shape key).
     """
 
-    def __init__(self, plan: ChatEnginePlan, policy: str = "critical_path") -> None:
-        t0 = time.perf_counter()
-        self._plan, self._policy, self._stock = plan, policy, plan.obj
+    def __init__(self, plan: ChatEnginePlan, policy: str = "critical_path", options: Options | None = None) -> None:
+        self._plan, self._stock = plan, plan.obj
+        self._options = options or Options(policy=policy)
+        self._policy = self._options.policy
         self._memory = chat_shim.chat_memory(plan.obj)
-        self._assign = assign_engines(plan.llm_bindings(), plan.embed_bindings())
+        self._pipeline: OptimizedPipeline[tuple[ChatEnginePlan, EngineAssignment]] = OptimizedPipeline(
+            lambda: (plan, assign_engines(plan.llm_bindings(), plan.embed_bindings())), self._lower_turn,
+            self._options, runtime=self._runtime)
+        self._assign = self._pipeline.plan[1]
         self.callback_manager = plan.obj.callback_manager
-        self.last_trace: Any = None
-        self.last_graph: Any = None
-        self._capture_s = time.perf_counter() - t0
 
     @property
     def stock(self) -> BaseChatEngine:
@@ -73,37 +74,42 @@ class OptimizedChatEngine(BaseChatEngine):
     def mode(self) -> str:
         return self._plan.mode
 
-    # -- one turn's graph ---------------------------------------------------------------------
-    def _graph(self, history: list[Any], state: TurnState, streaming: bool) -> Any:
-        graph = build_turn_graph(self._plan, self._assign, history, state, f"chat{next(_ids)}", streaming)
-        graph.lint()
-        graph = optimize_graph(graph)
-        graph.meta["overhead"] = {"capture": self._capture_s} if self.last_trace is None else {}
-        return graph
+    @property
+    def last_trace(self) -> Any:
+        """The ``ayo_core.trace.Trace`` of the last turn (None before the first)."""
+        return self._pipeline.last_trace
 
-    async def _run(self, graph: Any, inputs: dict[str, Any], caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
+    @property
+    def last_graph(self) -> Any:
+        """The optimized graph of the last turn (None before the first)."""
+        return self._pipeline.last_graph
+
+    # -- one turn's graph ---------------------------------------------------------------------
+    @staticmethod
+    def _lower_turn(captured: tuple[ChatEnginePlan, EngineAssignment], turn: tuple[list[Any], TurnState, bool]) -> Any:
+        (plan, assign), (history, state, streaming) = captured, turn
+        return build_turn_graph(plan, assign, history, state, f"chat{next(_ids)}", streaming)
+
+    def _runtime(self) -> Any:
+        return runtime_for(self._assign, self._policy, self._options.llm_inflight)
+
+    async def _run(self, turn: tuple[list[Any], TurnState, bool], inputs: dict[str, Any],
+                   caller_loop: asyncio.AbstractEventLoop | None = None) -> Any:
         CALLER_LOOP.set(caller_loop)  # this task's own context: opaque nodes take stock's async path in achat
-        try:
-            value, trace = await runtime_for(self._assign, self._policy).run(graph, inputs)
-        except Exception as exc:
-            raise unwrap_node_failure(exc) from None
-        self.last_trace, self.last_graph = trace, graph
-        return value
+        return await self._pipeline.run(inputs, call=turn)
 
     def _inputs(self, message: str, history: list[Any], prev_chunks: Any) -> dict[str, Any]:
         return {"message": message, "history": history, "query": QueryBundle(message), "prev_chunks": prev_chunks}
 
     def _turn(self, message: str, history: list[Any], prev_chunks: Any = None, streaming: bool = False) -> tuple[TurnState, Any]:
         state = TurnState(condensed=message)
-        graph = self._graph(history, state, streaming)
-        return state, LOOP.run_sync(self._run(graph, self._inputs(message, history, prev_chunks)))
+        return state, LOOP.run_sync(self._run((history, state, streaming), self._inputs(message, history, prev_chunks)))
 
     async def _aturn(self, message: str, history: list[Any], prev_chunks: Any = None,
                      streaming: bool = False) -> tuple[TurnState, Any]:
         state = TurnState(condensed=message)
-        graph = self._graph(history, state, streaming)
         inputs = self._inputs(message, history, prev_chunks)
-        return state, await LOOP.arun(self._run(graph, inputs, asyncio.get_running_loop()))
+        return state, await LOOP.arun(self._run((history, state, streaming), inputs, asyncio.get_running_loop()))
 
     # -- memory, in the stock engine's order ------------------------------------------------------
     def _history(self, message: str, chat_history: list[Any] | None) -> list[Any]:
@@ -194,14 +200,12 @@ class OptimizedChatEngine(BaseChatEngine):
     def explain(self) -> Explanation:
         """The chat engine's modules (what was lowered, to which template), the last turn's primitive graph
         (a first turn's when none ran yet), passes and optimizations; ``str()`` is the human view."""
-        graph = self.last_graph
-        if graph is None:
-            graph = self._graph([], TurnState(), streaming=False)
+        graph = self.last_graph or self._pipeline.graph(([], TurnState(), False))
         modules = self._plan.modules()
         lowered = [(m.name, m.kind) for m in modules.lowered() if m.name != "chat_engine"]
-        return explanation(f"Ayo plan for {type(self._stock).__name__} (chat_mode={self.mode})", graph=graph,
-                           trace=self.last_trace, modules=[("chat_engine", self.mode), *lowered],
-                           opaque=self._plan.opaque_modules(), module_lines=modules.lines())
+        return self._pipeline.explain(f"Ayo plan for {type(self._stock).__name__} (chat_mode={self.mode})",
+                                      graph=graph, modules=[("chat_engine", self.mode), *lowered],
+                                      opaque=self._plan.opaque_modules(), module_lines=modules.lines())
 
     def __repr__(self) -> str:
         return f"OptimizedChatEngine({type(self._stock).__name__}, chat_mode={self.mode})"

@@ -23,16 +23,14 @@ optimized by the user, and any call outside a step Ayo scheduled.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable
 from typing import Any
 
 from ayo_core.graph import Graph
-from ayo_core.passes import optimize_graph
+from ayo_core.pipeline import OptimizedPipeline, Options
 from ayo_core.runtime.caller import CALLER_LOOP
-from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_llamaindex.capture import QueryEnginePlan, capture_retriever
 from ayo_llamaindex.composed import ToolQueryEngine, tool_engine
 from ayo_llamaindex.composed_engines import optimize_composed
@@ -43,24 +41,38 @@ log = logging.getLogger(__name__)
 # engines a workflow's steps may build per call (``index.as_query_engine()`` inside the step): the
 # lowered stand-ins of the most recent ones are kept, not every engine a long-lived workflow met
 _KEPT_ENGINES = 32
-_ids = itertools.count()
 
 
 class StepRetriever:
-    """A retriever's lowered graph (input ``query``: a ``QueryBundle``; output: its nodes), run per call."""
+    """A retriever's lowered graph (input ``query``: a ``QueryBundle``; output: its nodes), run per call:
+    a facade over the core's :class:`~ayo_core.pipeline.OptimizedPipeline` (one static shape)."""
 
     def __init__(self, retriever: Any, plan: Any, policy: str) -> None:
-        from ayo_llamaindex.lowering import lower_retriever
-
         self.retriever, self._policy = retriever, policy
         parts = QueryEnginePlan(retriever, "retriever", retriever=plan)
         self.assign: EngineAssignment = assign_engines(parts.llm_bindings(), parts.embed_bindings())
+        self._pipeline: OptimizedPipeline[Any] = OptimizedPipeline(
+            lambda: plan, self._lower, Options(policy=policy), runtime=self._runtime, static=True, query_prefix="wr")
+
+    def _lower(self, plan: Any, _call: Any) -> Graph:
+        from ayo_llamaindex.lowering import lower_retriever
+
         g = Graph(query_id="retrieve")
         g.input("query")
         g.output(lower_retriever(g, plan, self.assign, "query", frozenset()))
-        g.lint()
-        self.graph = optimize_graph(g)
-        self.last_trace: Any = None
+        return g
+
+    def _runtime(self) -> Any:
+        return runtime_for(self.assign, self._policy)
+
+    @property
+    def graph(self) -> Graph | None:
+        """The optimized retrieval graph (a template: each call runs a copy)."""
+        return self._pipeline.template
+
+    @property
+    def last_trace(self) -> Any:
+        return self._pipeline.last_trace
 
     async def aretrieve(self, query: Any) -> list[Any]:
         """``retriever.aretrieve(query)``: the same nodes and events, on the running loop's shared schedulers."""
@@ -70,13 +82,9 @@ class StepRetriever:
         token = CALLER_LOOP.set(asyncio.get_running_loop())  # stock's async paths (a copied bundle, aretrieve)
         try:
             with self.retriever.callback_manager.as_trace("query"):  # as stock aretrieve opens it
-                value, self.last_trace = await runtime_for(self.assign, self._policy).run(
-                    self.graph.for_query(f"wr{next(_ids)}"), {"query": bundle})
-        except Exception as exc:
-            raise unwrap_node_failure(exc) from None
+                return await self._pipeline.run({"query": bundle})
         finally:
             CALLER_LOOP.reset(token)
-        return value
 
 
 class StepQueryEngines:

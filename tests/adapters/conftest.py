@@ -60,7 +60,7 @@ class AdapterCase(Protocol):
         """The optimized object's last trace (``ayo_core.trace.Trace``)."""
 
 
-CASES = ["llamaindex", "langchain"]
+CASES = ["llamaindex", "llamaindex-chat", "langchain"]
 
 
 @pytest.fixture(params=CASES)
@@ -69,6 +69,10 @@ def case(request: pytest.FixtureRequest) -> AdapterCase:
         from tests.adapters.li_case import LlamaIndexCase
 
         return LlamaIndexCase(request.getfixturevalue("li_world"), Knobs())
+    if request.param == "llamaindex-chat":  # the same adapter's chat-engine stand-in
+        from tests.adapters.li_case import LlamaIndexChatCase
+
+        return LlamaIndexChatCase(request.getfixturevalue("li_world"), Knobs())
     from tests.adapters.lc_case import LangChainCase
 
     return LangChainCase(request.getfixturevalue("fake_transport"), request.getfixturevalue("lc_vectorstore"),

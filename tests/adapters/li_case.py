@@ -182,3 +182,53 @@ class LlamaIndexCase:
 
     def trace(self, obj: Any) -> Any:
         return obj.last_trace
+
+
+class LlamaIndexChatCase(LlamaIndexCase):
+    """The same pipeline as a chat engine (``index.as_chat_engine(chat_mode="context")``): each call is
+    the first turn of a fresh conversation (``reset()`` first), so stock and Ayo see the same history."""
+
+    name = "llamaindex-chat"
+    recognized = ("chat_engine", "context", "VectorIndexRetriever")
+
+    def build_stock(self, streaming: bool = False) -> Any:
+        from llama_index.llms.openai_like import OpenAILike
+
+        with self.world.reporting():
+            llm = OpenAILike(model=MODEL, api_base=self.world.url, api_key="none", is_chat_model=True,
+                             temperature=0.0, max_tokens=40, context_window=4096, max_retries=0)
+            return self.world.index.as_chat_engine(chat_mode="context", llm=llm, similarity_top_k=2,
+                                                   node_postprocessors=[UserPostprocessor(knobs=self.knobs)])
+
+    def call(self, obj: Any, question: str) -> str:
+        obj.reset()
+        return str(obj.chat(question))
+
+    async def acall(self, obj: Any, question: str) -> str:
+        obj.reset()
+        return str(await obj.achat(question))
+
+    def stream(self, obj: Any, question: str) -> list[str]:
+        obj.reset()
+        return list(obj.stream_chat(question).response_gen)
+
+    async def astream(self, obj: Any, question: str) -> list[str]:
+        obj.reset()
+        response = await obj.astream_chat(question)
+        return [text async for text in response.async_response_gen()]
+
+    def events(self, obj: Any, question: str) -> list[Event]:
+        obj.reset()
+        self.world.recorder.reset()
+        obj.chat(question)
+        return self.world.recorder.paths()
+
+    def payloads(self, obj: Any, question: str) -> list[tuple]:
+        obj.reset()
+        self.world.recorder.reset()
+        obj.chat(question)
+        return sorted(self.world.recorder.payloads, key=repr)
+
+    def bad_input(self, obj: Any) -> Any:
+        obj.reset()
+        return obj.chat("")
