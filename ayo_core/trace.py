@@ -87,6 +87,22 @@ class NodeSpan:
 
 
 @dataclass
+class TaskSpan:
+    """A background task a node started, owned by its query (:func:`ayo_core.runtime.owned.start_owned`)."""
+
+    query: str
+    node: str  # the node that started it
+    name: str  # what it is ("search: <query>", "tool: <name>")
+    start: float
+    end: float = 0.0
+    status: str = "running"  # done, failed, or cancelled (by its query's release, when still running)
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass
 class EngineCall:
     """One request's share of an engine call (a merged batch has one per request)."""
 
@@ -111,6 +127,7 @@ class Trace:
         self.end = start
         self.nodes: list[NodeSpan] = []
         self.engine_calls: list[EngineCall] = []
+        self.tasks: list[TaskSpan] = []  # background tasks its nodes started (owned: cancelled with it)
         self.overhead: dict[str, float] = dict.fromkeys(OVERHEAD_KINDS, 0.0)
         self.graph: Graph | None = None
         self.status = "running"
@@ -204,6 +221,7 @@ class Trace:
             "overhead_s": dict(self.overhead),
             "nodes_executed": len(self.nodes),
             "engine_batches": len(batches),
+            "owned_tasks": len(self.tasks),
         }
 
     # ---- export ---------------------------------------------------------------------
@@ -222,6 +240,9 @@ class Trace:
                            "tid": f"engine:{c.engine}", "ts": c.start * 1e6, "dur": (c.end - c.start) * 1e6,
                            "args": {"batch": c.batch_id, "node": c.node, "items": c.items,
                                     "batch_requests": c.batch_requests}})
+        for t in self.tasks:
+            events.append({"ph": "X", "name": t.name, "cat": "task", "pid": pid, "tid": f"tasks:{t.node}",
+                           "ts": t.start * 1e6, "dur": t.duration * 1e6, "args": {"node": t.node, "status": t.status}})
         return events
 
     def to_chrome(self) -> dict[str, Any]:
@@ -232,7 +253,7 @@ class Trace:
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": self.summary(), "nodes": [asdict(s) for s in self.nodes],
-                "engine_calls": [asdict(c) for c in self.engine_calls]}
+                "engine_calls": [asdict(c) for c in self.engine_calls], "tasks": [asdict(t) for t in self.tasks]}
 
 
 def chrome_trace(traces: Iterable[Trace]) -> dict[str, Any]:

@@ -26,6 +26,8 @@ import time
 from collections import deque
 from typing import Any
 
+from ayo_core.runtime.owned import start_owned
+
 log = logging.getLogger(__name__)
 
 
@@ -67,7 +69,7 @@ class EarlyToolStarts:
             tool = by_name.get(call.tool_name)
             if not eligible(tool, call.tool_kwargs):
                 continue
-            task = asyncio.ensure_future(tool.acall(**call.tool_kwargs))
+            task = start_owned(tool.acall(**call.tool_kwargs), f"tool: {call.tool_name}")
             task.add_done_callback(_retrieve)  # taken by call_tool, or never (a stream that failed)
             self.started.setdefault(_key(call.tool_name, call.tool_kwargs), []).append(task)
             self.log.append({"tool": call.tool_name, "tool_id": call.tool_id, "started": time.perf_counter()})

@@ -28,6 +28,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from ayo_core.engines.llm_client import StopStream
 from ayo_core.introspect import overrides_reason
 from ayo_core.runtime.caller import call_stock, in_async_call
+from ayo_core.runtime.owned import start_owned
 from ayo_core.runtime.pipelined import PipelinedParts
 from ayo_shims import llamaindex as shim
 
@@ -195,9 +196,9 @@ async def fusion_retrieve(
     query-gen decode and each generated query retrieved as soon as its line is done."""
     def start(query_str: str) -> list[asyncio.Task]:
         bundle = QueryBundle(query_str)
-        return [asyncio.ensure_future(sub(bundle)) for sub in subs]
+        return [start_owned(sub(bundle), f"search: {query_str}") for sub in subs]
 
-    original = [asyncio.ensure_future(sub(query_bundle)) for sub in subs]
+    original = [start_owned(sub(query_bundle), f"search: {query_bundle.query_str}") for sub in subs]
     per_query = [original]
     queries = [query_bundle]
     try:

@@ -11,6 +11,7 @@ from ayo_core.runtime.context import Expand, NodeContext
 from ayo_core.runtime.drain import doomed_by
 from ayo_core.runtime.errors import AyoError, NodeFailed
 from ayo_core.runtime.execute import grow, input_value, invoke, node_failure, parts_of
+from ayo_core.runtime.owned import QueryTasks, reset_owner, set_owner
 from ayo_core.runtime.states import NodeState, node_transition
 from ayo_core.runtime.streams import PartChannel
 from ayo_core.trace import NodeSpan, Trace, report_started
@@ -45,6 +46,7 @@ class QueryRun:
         self.done: dict[str, asyncio.Future] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self.part_tasks: set[asyncio.Task] = set()
+        self.owned = QueryTasks(self.trace)  # background tasks its nodes start (start_owned)
         self.channels = {name: PartChannel() for name in stream_sources(graph)}
         self.remaining = 0
         self.failure: NodeFailed | None = None
@@ -73,6 +75,7 @@ class QueryRun:
             t.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        await self.owned.cancel_all()
         for t in [*self.tasks.values(), *self.part_tasks]:
             if t.done() and not t.cancelled():
                 t.exception()  # retrieved here: the failure is reported once, by the query, not again at GC
@@ -202,6 +205,7 @@ class QueryRun:
                           span=span, depth=self.depths.get(node.name, 0), slack=self.slacks.get(node.name, 0.0),
                           query_start=self.trace.start, emit=channel.append if channel is not None else None,
                           streaming=channel is not None or bool(node.meta.get("early_stop")))
+        owner = set_owner(self.owned, node.name)  # what the node starts with start_owned is this query's
         try:
             value = await invoke(node, ctx, kwargs, self.rt.inline_sync)
         except asyncio.CancelledError:
@@ -211,6 +215,7 @@ class QueryRun:
             span.status = "failed"
             raise
         finally:
+            reset_owner(owner)
             span.end = loop.time()
         if part is None:
             self.rt.costs.observe(node.name, max(0.0, span.duration - span.queued))
