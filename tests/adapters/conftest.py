@@ -60,7 +60,7 @@ class AdapterCase(Protocol):
         """The optimized object's last trace (``ayo_core.trace.Trace``)."""
 
 
-CASES = ["llamaindex", "llamaindex-chat", "langchain"]
+CASES = ["llamaindex", "llamaindex-chat", "langchain", "minirag"]
 
 
 @pytest.fixture(params=CASES)
@@ -69,6 +69,10 @@ def case(request: pytest.FixtureRequest) -> AdapterCase:
         from tests.adapters.li_case import LlamaIndexCase
 
         return LlamaIndexCase(request.getfixturevalue("li_world"), Knobs())
+    if request.param == "minirag":  # a third framework and its adapter, written on the core's public path
+        from tests.adapters.minirag_case import MiniRAGCase
+
+        return MiniRAGCase(request.getfixturevalue("fake_openai")[1], Knobs())
     if request.param == "llamaindex-chat":  # the same adapter's chat-engine stand-in
         from tests.adapters.li_case import LlamaIndexChatCase
 
