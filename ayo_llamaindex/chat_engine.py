@@ -29,6 +29,7 @@ from ayo_llamaindex import chat_engine_turns as turns
 from ayo_llamaindex import spans
 from ayo_llamaindex.chat_engine_capture import ChatEnginePlan, capture_chat_engine
 from ayo_llamaindex.chat_engine_lowering import TurnState, build_turn_graph
+from ayo_llamaindex.composed import tool_engine
 from ayo_llamaindex.runtime import LOOP, EngineAssignment, assign_engines, runtime_for
 from ayo_shims import llamaindex as shim
 from ayo_shims import llamaindex_chat as chat_shim
@@ -64,6 +65,8 @@ class OptimizedChatEngine(BaseChatEngine):
         self._options = options or Options(policy=policy)
         self._policy = self._options.policy
         self._memory = chat_shim.chat_memory(plan.obj)
+        if plan.query_engine is not None:  # condense_question: its query engine answers, optimized on its own
+            plan.answer_engine = tool_engine(chat_shim.chat_query_engine(plan.obj), self._policy)
         self._pipeline: OptimizedPipeline[tuple[ChatEnginePlan, EngineAssignment]] = OptimizedPipeline(
             lambda: (plan, assign_engines(plan.llm_bindings(), plan.embed_bindings())), self._lower_turn,
             self._options, runtime=self._runtime)

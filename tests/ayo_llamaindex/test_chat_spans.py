@@ -15,11 +15,6 @@ from tests.ayo_llamaindex.test_events_retries_lifecycle import make_llm
 from tests.ayo_llamaindex.test_spans import server, span_tree, traced  # noqa: F401 - fixtures
 
 MODES = ["context", "condense_plus_context", "condense_question"]
-# A documented difference (docs/observability.md): a condense_question turn's answer is the wrapped
-# query engine's lowered graph inside the turn's graph, and its nodes start with the turn, so the
-# query engine's own ``query``/``_query`` spans (opened by stock after the condense call) are missing;
-# its retrieval and synthesis spans hang under the chat span. Strict: it fails the day it is fixed.
-QUERY_SPANS_MISSING = pytest.mark.xfail(strict=True, reason="condense_question: query engine's query/_query spans")
 
 
 def turn(engine: Any, style: str) -> Any:
@@ -36,10 +31,7 @@ def turn(engine: Any, style: str) -> Any:
 
 @pytest.mark.parametrize("style", ["chat", "achat", "stream_chat"])
 @pytest.mark.parametrize("mode", MODES)
-def test_chat_span_tree_is_stocks(server: Any, traced: Any, mode: str, style: str,  # noqa: F811
-                                  request: pytest.FixtureRequest) -> None:
-    if mode == "condense_question" and style != "stream_chat":  # streamed: the query engine streams itself
-        request.applymarker(QUERY_SPANS_MISSING)
+def test_chat_span_tree_is_stocks(server: Any, traced: Any, mode: str, style: str) -> None:  # noqa: F811
     def build() -> Any:
         return traced.as_chat_engine(chat_mode=mode, llm=make_llm(server.url), similarity_top_k=2)
 
