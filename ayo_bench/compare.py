@@ -5,7 +5,7 @@
     ayo compare all
     ayo compare advanced_rag --deployment a100-llama2-7b   # on an emulated deployment (ayo_bench.deployment)
 
-How numbers are made (DESIGN.md, "Benchmarks"): the engines start once (the vLLM
+How numbers are made (docs/benchmarking.md): the engines start once (the vLLM
 server at ``$AYO_LLM_URL``, else one started by ``ayo_core.serve_llm``; the loopback
 search service as a subprocess), both apps warm up, then both run on each question, who
 goes first balanced over the pairs and in a seeded random order (``--seed``;
@@ -62,7 +62,7 @@ from .provenance import machine  # noqa: F401 - kept importable from here
 from .service_model import MeasuredServiceModel
 
 log = logging.getLogger("ayo.compare")
-LLM_DTYPE = "float32"  # the one mode greedy answers are compared in (DESIGN.md)
+LLM_DTYPE = "float32"  # the one mode greedy answers are compared in (docs/configuration.md: fp32 and bf16 differ)
 # The checkout this package was imported from, when it was (an editable install); None when installed.
 _CHECKOUT = Path(__file__).resolve().parent.parent
 CHECKOUT: Path | None = _CHECKOUT if (_CHECKOUT / "benchmarks" / "results").is_dir() else None

@@ -12,8 +12,10 @@ own query engine (its synthesizer's streaming flag set for that query, as stock 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from llama_index.core.callbacks import trace_method
@@ -24,12 +26,16 @@ from ayo_core.explain import Explanation
 from ayo_core.pipeline import OptimizedPipeline, Options
 from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_llamaindex import chat_engine_turns as turns
+from ayo_llamaindex import spans
 from ayo_llamaindex.chat_engine_capture import ChatEnginePlan, capture_chat_engine
 from ayo_llamaindex.chat_engine_lowering import TurnState, build_turn_graph
+from ayo_llamaindex.composed import tool_engine
 from ayo_llamaindex.runtime import LOOP, EngineAssignment, assign_engines, runtime_for
+from ayo_shims import llamaindex as shim
 from ayo_shims import llamaindex_chat as chat_shim
 
 log = logging.getLogger(__name__)
+spanned_elsewhere = shim.mark_spanned_elsewhere
 _ids = itertools.count()
 
 
@@ -59,6 +65,8 @@ class OptimizedChatEngine(BaseChatEngine):
         self._options = options or Options(policy=policy)
         self._policy = self._options.policy
         self._memory = chat_shim.chat_memory(plan.obj)
+        if plan.query_engine is not None:  # condense_question: its query engine answers, optimized on its own
+            plan.answer_engine = tool_engine(chat_shim.chat_query_engine(plan.obj), self._policy)
         self._pipeline: OptimizedPipeline[tuple[ChatEnginePlan, EngineAssignment]] = OptimizedPipeline(
             lambda: (plan, assign_engines(plan.llm_bindings(), plan.embed_bindings())), self._lower_turn,
             self._options, runtime=self._runtime)
@@ -136,30 +144,46 @@ class OptimizedChatEngine(BaseChatEngine):
             tool_output = chat_shim.tool_output_from_response(self._stock, state.condensed, response)
         return turns.chat_response(self.mode, message, state, response, tool_output)
 
-    # -- the chat API ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _stock_span(self, method: str, message: str, chat_history: Any, prev_chunks: Any) -> Iterator[spans.Box]:
+        """The span the stock engine's ``method`` opens (``ContextChatEngine.chat``), with the caller's arguments."""
+        given = {k: v for k, v in (("chat_history", chat_history), ("prev_chunks", prev_chunks)) if v is not None}
+        with spans.opened(self._stock, [method], message, **given) as box:
+            yield box
+
+    # -- the chat API: each opens the stock engine's span (this class's own are marked elsewhere) ---------
+    @spanned_elsewhere
     @trace_method("chat")
     def chat(self, message: str, chat_history: list[Any] | None = None, prev_chunks: Any = None) -> AgentChatResponse:
         self._check_prev_chunks("chat", prev_chunks)
-        state, response = self._turn(message, self._history(message, chat_history), prev_chunks)
-        answer = self._answer(message, state, response)
-        for turn_message in turns.turn_messages(self.mode, message, response):
-            self._memory.put(turn_message)
-        return answer
+        with self._stock_span("chat", message, chat_history, prev_chunks) as span:
+            state, response = self._turn(message, self._history(message, chat_history), prev_chunks)
+            answer = self._answer(message, state, response)
+            for turn_message in turns.turn_messages(self.mode, message, response):
+                self._memory.put(turn_message)
+            return span.set(answer)
 
+    @spanned_elsewhere
     @trace_method("chat")
     async def achat(self, message: str, chat_history: list[Any] | None = None,
                     prev_chunks: Any = None) -> AgentChatResponse:
         self._check_prev_chunks("achat", prev_chunks)
-        state, response = await self._aturn(message, await self._ahistory(message, chat_history), prev_chunks)
-        answer = self._answer(message, state, response)
-        for turn_message in turns.turn_messages(self.mode, message, response):
-            await self._memory.aput(turn_message)
-        return answer
+        with self._stock_span("achat", message, chat_history, prev_chunks) as span:
+            state, response = await self._aturn(message, await self._ahistory(message, chat_history), prev_chunks)
+            answer = self._answer(message, state, response)
+            for turn_message in turns.turn_messages(self.mode, message, response):
+                await self._memory.aput(turn_message)
+            return span.set(answer)
 
+    @spanned_elsewhere
     @trace_method("chat")
     def stream_chat(self, message: str, chat_history: list[Any] | None = None,
                     prev_chunks: Any = None) -> StreamingAgentChatResponse:
         self._check_prev_chunks("stream_chat", prev_chunks)
+        with self._stock_span("stream_chat", message, chat_history, prev_chunks) as span:
+            return span.set(self._stream_chat(message, chat_history, prev_chunks))
+
+    def _stream_chat(self, message: str, chat_history: list[Any] | None, prev_chunks: Any) -> StreamingAgentChatResponse:
         history = self._history(message, chat_history)
         if self.mode == "condense_question":
             state, _ = self._turn(message, history, streaming=True)
@@ -169,10 +193,16 @@ class OptimizedChatEngine(BaseChatEngine):
         self._memory.put(turns.turn_messages(self.mode, message, "")[0])
         return turns.stream_response(self.mode, message, state, streaming, self._memory)
 
+    @spanned_elsewhere
     @trace_method("chat")
     async def astream_chat(self, message: str, chat_history: list[Any] | None = None,
                            prev_chunks: Any = None) -> StreamingAgentChatResponse:
         self._check_prev_chunks("astream_chat", prev_chunks)
+        with self._stock_span("astream_chat", message, chat_history, prev_chunks) as span:
+            return span.set(await self._astream_chat(message, chat_history, prev_chunks))
+
+    async def _astream_chat(self, message: str, chat_history: list[Any] | None,
+                            prev_chunks: Any) -> StreamingAgentChatResponse:
         history = await self._ahistory(message, chat_history)
         if self.mode == "condense_question":
             state, _ = await self._aturn(message, history, streaming=True)
@@ -183,8 +213,9 @@ class OptimizedChatEngine(BaseChatEngine):
         await self._memory.aput(turns.turn_messages(self.mode, message, "")[0])
         return turns.astream_response(self.mode, message, state, streaming, self._memory)
 
+    @spanned_elsewhere
     def reset(self) -> None:
-        self._stock.reset()
+        self._stock.reset()  # opens its own span
 
     @property
     def chat_history(self) -> list[Any]:

@@ -53,6 +53,9 @@ class ChatEnginePlan:
     retriever: RetrieverPlan | None = None
     postprocessors: list[PostprocessorPlan] = field(default_factory=list)
     query_engine: QueryEnginePlan | None = None
+    # condense_question: the wrapped query engine's optimized stand-in, which a turn's graph calls
+    # (``ayo_llamaindex.composed.ToolQueryEngine``); set by the optimized chat engine
+    answer_engine: Any = None
 
     @property
     def condenses(self) -> bool:

@@ -8,8 +8,9 @@ Shape of a ``condense_plus_context`` turn (``context``: no condense, the message
     query ── synthesize.prefill (PARTIAL_PREFILL, added by the core's prefill-splitting pass where the
              device rule lets a warm-up pay): the final prompt's static head, warmed while condense decodes
 
-``condense_question``: condense ── question ── the wrapped query engine's own lowered graph
-(:func:`ayo_llamaindex.lowering.build_query_graph`). A streamed turn's graph ends at the context nodes:
+``condense_question``: condense ── question ── answer, a node awaiting the wrapped query engine's own
+optimized graph (:class:`~ayo_llamaindex.composed.ToolQueryEngine`, as stock calls ``query``), so its
+query events and spans open where stock's do. A streamed turn's graph ends at the context nodes:
 the answer then streams from the engine's own streaming synthesizer, so chunks are stock's.
 
 Each turn's graph is built afresh: the final prompts carry that turn's history (the engine's own
@@ -27,10 +28,10 @@ from llama_index.core.base.llms.generic_utils import messages_to_history_str
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
-from ayo_core.templates import LLMCall, Transform
+from ayo_core.templates import LLMCall, ToolCall, Transform
 from ayo_llamaindex.capture import capture_synthesizer
 from ayo_llamaindex.chat_engine_capture import ChatEnginePlan
-from ayo_llamaindex.lowering import build_query_graph, lower_postprocessor, lower_retriever, lower_synthesizer
+from ayo_llamaindex.lowering import lower_postprocessor, lower_retriever, lower_synthesizer
 from ayo_llamaindex.runtime import EngineAssignment, llm_send
 from ayo_shims import llamaindex_chat as chat_shim
 
@@ -62,7 +63,8 @@ def build_turn_graph(plan: ChatEnginePlan, assign: EngineAssignment, history: li
         g.output(question)
         return g
     if plan.query_engine is not None:  # condense_question: the query engine answers the condensed question
-        return build_query_graph(plan.query_engine, assign, graph=g, query_input=question)
+        g.output(_ask_query_engine(g, plan, question))
+        return g
     nodes = lower_retriever(g, plan.retriever, assign, question, frozenset())
     for i, pp in enumerate(plan.postprocessors):
         nodes = lower_postprocessor(g, pp, assign, f"post{i}", question, nodes)
@@ -106,6 +108,18 @@ def _condense(g: Graph, plan: ChatEnginePlan, assign: EngineAssignment, state: T
     condense = LLMCall(lambda **inputs: inputs, "condense", call=lambda ctx, inputs: decode(ctx, **inputs), cost=0.5)
     name = condense.build(g, "condense", {"message": "message", "history": "history"})
     return Transform(QueryBundle, "condense").build(g, "question", {"query_str": name})
+
+
+def _ask_query_engine(g: Graph, plan: ChatEnginePlan, question: str) -> str:
+    """``self._query_engine.query(condensed_question)`` (``aquery`` in ``achat``): the wrapped engine's own
+    optimized graph, run from this node, so its query events and spans nest as stock's do."""
+    engine = plan.answer_engine
+
+    async def ask(ctx: Any, question: QueryBundle) -> Any:
+        return await engine.aquery_in_graph(question.query_str)
+
+    return ToolCall(ask, "query_engine", takes_ctx=True, side_effect=False, resources=None, cost=2.0).build(
+        g, "answer", {"question": question})
 
 
 def _report(engine: Any, mode: str, condensed: str) -> None:

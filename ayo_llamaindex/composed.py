@@ -17,7 +17,7 @@ from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
 from ayo_core.runtime.caller import CALLER_LOOP
-from ayo_llamaindex import events
+from ayo_llamaindex import events, spans
 from ayo_llamaindex.query_engine import OptimizedQueryEngine
 from ayo_llamaindex.runtime import EngineAssignment, assign_engines
 
@@ -37,11 +37,15 @@ class ToolQueryEngine(OptimizedQueryEngine):
             loop = asyncio.get_running_loop()
         if self._stock_query:  # the stock engine's own query() emits its events inside the opaque node
             return await self._run(bundle, loop)
-        with events.QueryCall(self, question).span() as done:  # BaseQueryEngine.aquery's events
-            with self._query_event(bundle) as event:
-                response = await self._run(bundle, loop)
-                event.on_end(payload={EventPayload.RESPONSE: response})
-            return done(response)
+        # the stock engine's spans, as its query()/aquery() opens them (``RetrieverQueryEngine.query`` >
+        # ``._query``): the inner query's nodes start inside this node, so they nest under them
+        name = "aquery" if async_call else spans.sync_or_async("query")
+        with spans.opened(self._stock, [name], question) as outer:
+            with events.QueryCall(self, question).span() as done:  # BaseQueryEngine.aquery's events
+                with spans.opened(self._stock, [f"_{name}"], bundle) as inner, self._query_event(bundle) as event:
+                    response = inner.set(await self._run(bundle, loop))
+                    event.on_end(payload={EventPayload.RESPONSE: response})
+                return outer.set(done(response))
 
 
 def tool_engine(query_engine: Any, policy: str) -> ToolQueryEngine:

@@ -29,8 +29,9 @@ from llama_index.core.schema import QueryBundle
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
+from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.templates import LLMCall, Opaque, ToolCall, Transform
-from ayo_llamaindex import embedding
+from ayo_llamaindex import embedding, spans
 from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.llm import LLMBinding
@@ -129,10 +130,16 @@ def _lower_transform(g: Graph, plan: TransformPlan, assign: EngineAssignment) ->
     hyde = eng.hyde_parts(transform)
 
     async def call(ctx: Any, query: QueryBundle) -> QueryBundle:
-        # HyDEQueryTransform._run: the hypothetical document, then the bundle it builds
-        document = await binding.predict(llm_send(ctx, kind), hyde["prompt"], context_str=query.query_str)
-        strs = [document, *query.embedding_strs] if hyde["include_original"] else [document]
-        return QueryBundle(query_str=query.query_str, custom_embedding_strs=strs)
+        # HyDEQueryTransform._run (in its span, as run() opens it): the hypothetical document, then its bundle
+        # stock's run() is synchronous on both paths: its predict's spans are the sync ones, even under aquery
+        token = CALLER_LOOP.set(None)  # this node's own context
+        try:
+            with spans.opened(transform, ["_run"], query, metadata) as span:
+                document = await binding.predict(llm_send(ctx, kind), hyde["prompt"], context_str=query.query_str)
+                strs = [document, *query.embedding_strs] if hyde["include_original"] else [document]
+                return span.set(QueryBundle(query_str=query.query_str, custom_embedding_strs=strs))
+        finally:
+            CALLER_LOOP.reset(token)
 
     return LLMCall(lambda query: query, "query_transform", call=call, cost=1.0).build(
         g, "transform", {"query": "query"})

@@ -1,6 +1,6 @@
 """What each installed package may import, read from the source (fast; no install needed).
 
-DESIGN.md's dependency direction: ``ayo_core`` imports no adapter, no ``ayo_shims``, no
+The dependency direction (docs/core-api.md): ``ayo_core`` imports no adapter, no ``ayo_shims``, no
 framework and nothing of the demo side (``ayo_bench``, ``ayo_examples``); nothing installed
 imports the checkout's ``benchmarks/`` or ``examples/`` folders by those names.
 """

@@ -1,6 +1,6 @@
 """Start and stop vLLM's OpenAI-compatible server from its own environment.
 
-vLLM lives in ``.venv-vllm`` (DESIGN.md says why), so the server always runs
+vLLM lives in ``.venv-vllm`` (the CPU wheel pins a torch of its own, unlike Ayo's), so the server always runs
 as a child process: ``<venv>/bin/python -m vllm.entrypoints.openai.api_server``
 (the ``vllm`` console script of the CPU wheel is broken). The child gets its
 own session/process group so stopping it also stops vLLM's engine-core
