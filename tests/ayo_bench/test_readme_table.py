@@ -163,9 +163,22 @@ def test_hand_set_provenance_machine_paths_and_partial_provenance_are_flagged(tm
                         ("cluster.json", readme_table.INCOMPLETE)}
 
 
-def test_mixed_commits_leave_the_readme_without_a_commit(tmp_path: Path) -> None:
+def test_a_table_measured_in_part_at_another_commit_names_each_commit_with_its_apps(tmp_path: Path) -> None:
+    write_measured(tmp_path, "naive_rag", provenance("abcdef1234567890"))
+    write_measured(tmp_path, "advanced_rag", provenance("abcdef1234567890"))
+    write_measured(tmp_path, "agent", provenance("0123456789abcdef"))
+    readme = readme_from(tmp_path)
+    assert readme_table.readme_commit(readme) == "0123456789abcdef,abcdef1234567890"
+    assert "Measured at commit `abcdef1234` (agent: `0123456789`)" in readme.read_text()
+    assert readme_table.check(readme, tmp_path) == []
+    write_measured(tmp_path, "agent", provenance("fedcba9876543210"))  # re-measured after the table was made
+    problems = readme_table.check(readme, tmp_path)
+    assert ("agent.json", "different commit") in {(n, k) for n, k, _ in problems}
+
+
+def test_a_result_without_provenance_leaves_the_readme_without_a_commit(tmp_path: Path) -> None:
     write_result(tmp_path, "naive_rag", provenance("abcdef1234567890"))
-    write_result(tmp_path, "agent", provenance("0123456789abcdef"))
+    write_result(tmp_path, "agent", None)
     readme = readme_from(tmp_path)
     assert readme_table.readme_commit(readme) is None
     assert ("README.md", readme_table.PREDATES) in {(n, k) for n, k, _ in readme_table.check(readme, tmp_path)}
