@@ -76,9 +76,6 @@ class OptimizedPipeline(Generic[P]):
             g = optimize_graph(g, passes) if passes != [] else g
         else:
             g = self.cache.get(key, lambda: self._build(call), f"{self.query_prefix}{next(_query_ids)}")
-        if not self._captured_reported:  # capture is paid once: the first query's overhead carries it
-            self._captured_reported = True
-            g.meta["overhead"] = {**g.meta.get("overhead", {}), "capture": self.capture_s}
         return g
 
     # ---- running --------------------------------------------------------------------------
@@ -91,6 +88,9 @@ class OptimizedPipeline(Generic[P]):
                          graph: Graph | None = None) -> tuple[Any, Any]:
         """:meth:`run`, returning ``(value, trace)`` (this query's trace, whatever others ran meanwhile)."""
         g = graph if graph is not None else self.graph(call)
+        if graph is None and not self._captured_reported:  # capture is paid once: by the first query run, not explain()
+            self._captured_reported = True
+            g.meta["overhead"] = {**g.meta.get("overhead", {}), "capture": self.capture_s}
         self.last_graph = g
         try:
             value, trace = await self._runtime().run(g, inputs, timeout=self.options.timeout)

@@ -51,6 +51,13 @@ async def test_first_query_carries_the_capture_overhead(vclock):
     assert p.last_trace.overhead["capture"] == p.capture_s > 0
 
 
+async def test_a_graph_built_for_explain_before_any_query_leaves_the_capture_to_the_first_query(vclock):
+    p, _ = pipeline(lambda value: value, shape_key=lambda call: None)
+    p.graph("x")  # what OptimizedChatEngine.explain() builds before a first turn
+    await p.run({"x": 0}, call="x")
+    assert p.last_trace.overhead["capture"] == p.capture_s > 0
+
+
 async def test_shape_key_caches_per_shape_and_none_lowers_per_call(vclock):
     p, plan = pipeline(lambda value: value * 2, shape_key=lambda call: call)
     for call in ("a", "b", "a", "a"):
