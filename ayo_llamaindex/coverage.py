@@ -285,6 +285,8 @@ EXAMPLES: dict[type, Callable[[], Any]] = {RetrieverQueryEngine: _retriever_quer
                                            **{cls: _wrapper_engine(cls) for cls in wrapper_engines.WRAPPERS}}
 WRAPPER_WHY = ("its own loop (evaluate and retry, or decompose and answer: each step needs the last answer) "
                "runs as the user's code, a subclass's too; the engine it calls is optimized")
+SOURCES_AT_ONCE = ("; after a failed evaluation, its per-source evaluations (one LLM call each, one after another "
+                   "in stock) run at once")
 
 
 def query_engine_row(cls: type, engine: Any) -> CoverageRow:
@@ -293,8 +295,11 @@ def query_engine_row(cls: type, engine: Any) -> CoverageRow:
     inner = getattr(engine, wrapper_engines.INNER, None)
     if isinstance(engine, wrapper_engines.WRAPPERS) and isinstance(inner, BaseQueryEngine):
         inner_row = query_engine_row(type(inner), inner)
-        return row(FRAMEWORK, group, cls, f"UserLoop -> ({inner_row.template})",
-                   f"{WRAPPER_WHY} (here a {type(inner).__name__}: {inner_row.state})")
+        at_once = wrapper_engines.evaluates_sources_at_once(engine)
+        loop = "UserLoop[per-source evaluations at once]" if at_once else "UserLoop"
+        why = f"{WRAPPER_WHY}{SOURCES_AT_ONCE if at_once else ''}"
+        return row(FRAMEWORK, group, cls, f"{loop} -> ({inner_row.template})",
+                   f"{why} (here a {type(inner).__name__}: {inner_row.state})")
     for composed in COMPOSED_ENGINES:
         if isinstance(engine, composed.base):
             if reason := composed.not_lowered_reason(engine):

@@ -28,7 +28,10 @@ from llama_index.core.query_engine import (
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.explain import Explanation
+from ayo_core.introspect import overrides_reason
+from ayo_llamaindex.source_evaluations import ConcurrentSourceEvaluator, evaluates_through_aevaluate
 from ayo_shims import llamaindex as shim
+from ayo_shims import llamaindex_engines as eng
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,24 @@ def optimize_wrapper(target: Any, policy: str, options: Any = None) -> Optimized
     return OptimizedWrapperEngine(target, policy=policy, options=options)
 
 
+def evaluates_sources_at_once(engine: Any) -> bool:
+    """Whether the stand-in of ``engine`` runs its per-source evaluations at once: a ``RetrySourceQueryEngine``
+    whose ``_query`` is stock's, with an evaluator whose ``evaluate`` is the base one."""
+    return (isinstance(engine, RetrySourceQueryEngine)
+            and not overrides_reason(engine, RetrySourceQueryEngine, eng.RETRY_SOURCE_MIRRORED)
+            and evaluates_through_aevaluate(eng.retry_source_evaluator(engine)))
+
+
+def concurrent_source_evaluator(running: BaseQueryEngine) -> ConcurrentSourceEvaluator | None:
+    """On a running copy that qualifies (:func:`evaluates_sources_at_once`): its evaluator swapped for one
+    that runs the per-source evaluations at once (:mod:`ayo_llamaindex.source_evaluations`)."""
+    if not evaluates_sources_at_once(running):
+        return None
+    concurrent = ConcurrentSourceEvaluator(eng.retry_source_evaluator(running))
+    eng.set_retry_source_evaluator(running, concurrent)
+    return concurrent
+
+
 class OptimizedWrapperEngine(BaseQueryEngine):
     """A wrapping engine whose own code runs as the user's, over the optimized inner engine.
 
@@ -60,6 +81,7 @@ class OptimizedWrapperEngine(BaseQueryEngine):
         self._inner = optimize(getattr(wrapper, INNER), policy=policy, options=options)
         self._running = copy.copy(wrapper)  # the user's control flow, calling the stand-in
         setattr(self._running, INNER, self._inner)
+        self._source_evaluator = concurrent_source_evaluator(self._running)
         super().__init__(callback_manager=wrapper.callback_manager)
 
     @property
@@ -99,7 +121,7 @@ class OptimizedWrapperEngine(BaseQueryEngine):
 
     def __getattr__(self, name: str) -> Any:
         # the rest of the wrapper's API (max_retries, _evaluator, ...) is the running copy's
-        if name.startswith("__") or name in ("_running", "_stock", "_inner"):
+        if name.startswith("__") or name in ("_running", "_stock", "_inner", "_source_evaluator"):
             raise AttributeError(name)
         return getattr(self._running, name)
 
@@ -108,6 +130,9 @@ class OptimizedWrapperEngine(BaseQueryEngine):
         inner = self._inner.explain()
         title = (f"{type(self._stock).__name__}: its own control flow runs as the user's code; "
                  f"the engine it calls ({type(getattr(self._stock, INNER)).__name__}) is optimized")
+        if self._source_evaluator is not None:
+            title += ("; when a response fails its evaluation, the per-source evaluations run at once "
+                      f"({type(self._source_evaluator.evaluator).__name__}'s own code)")
         inner.title = f"{title}\n{inner.title}" if inner.title else title
         return inner
 

@@ -18,6 +18,10 @@ Modules (each the way its framework's docs build it, at their defaults):
   questions at once with ``aquery`` (stock's async path runs the transform's synchronous
   ``predict``, so each query's hypothetical document blocks the loop: the four decode one after
   another; Ayo's decode concurrently);
+- ``retry_source``: a LlamaIndex ``RetrySourceQueryEngine`` with a ``RelevancyEvaluator`` over a
+  top-k query engine (``max_retries=1``): when the answer fails its evaluation, stock evaluates it
+  against each source node one LLM call after another, Ayo all at once; then both query again
+  over the sources that passed (a ``SummaryIndex`` built with ``Settings.llm``, set to the same LLM);
 - ``map``: a LangChain ``prompt | ChatOpenAI | StrOutputParser`` chain's ``.map()`` over four
   questions (stock's ``RunnableEach`` already runs them through ``batch``, a thread each: the
   honest comparison of a module stock does not run one by one).
@@ -159,6 +163,29 @@ def hyde_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
     return together(stock), together(fast), lambda responses: [str(r) for r in responses]
 
 
+def retry_source_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+    from llama_index.core import Document, Settings, VectorStoreIndex
+    from llama_index.core.evaluation import RelevancyEvaluator
+    from llama_index.core.query_engine import RetrySourceQueryEngine
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.openai_like import OpenAILike
+
+    import ayo_llamaindex
+    from ayo_core.models import embedding_model_path
+
+    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed)
+    llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
+                     max_tokens=max_tokens)
+    Settings.llm = llm  # the retry's SummaryIndex engine takes its synthesizer's LLM from Settings
+
+    def build() -> Any:
+        return RetrySourceQueryEngine(index.as_query_engine(llm=llm, similarity_top_k=k),
+                                      RelevancyEvaluator(llm=llm), llm=llm, max_retries=1)
+
+    return build().query, ayo_llamaindex.optimize(build()).query, str
+
+
 def timed(call: Callable[[str], Any], question: str) -> tuple[float, Any]:
     start = time.perf_counter()
     out = call(question)
@@ -214,7 +241,7 @@ def map_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
 
 BUILDERS: dict[str, Callable[[str, int, int], Pipeline]] = {
     "compressor": compressor_pipeline, "compressor_pipeline": compressor_pipeline_pipeline, "hyde": hyde_pipeline,
-    "map": map_pipeline}
+    "map": map_pipeline, "retry_source": retry_source_pipeline}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -159,3 +159,26 @@ def hyde_parts(transform: Any) -> dict[str, Any]:
 
 HYDE_MIRRORED = mirrored(_QT, "HyDEQueryTransform", ("run", "_run", "__call__"),
                          why="the transform's predict runs as one decode through Ayo's engine")
+
+# -- RetrySourceQueryEngine ------------------------------------------------------------------------
+
+_RETRY_SOURCE = "llama_index.core.query_engine.retry_source_query_engine"
+
+declare(f"{_RETRY_SOURCE}.RetrySourceQueryEngine._evaluator", framework=CORE, checked=CORE_CHECKED,
+        why="the stand-in's running copy holds an evaluator that runs the per-source evaluations at once",
+        check=assigns(_RETRY_SOURCE, "RetrySourceQueryEngine", "_evaluator"))
+
+
+def retry_source_evaluator(engine: Any) -> Any:
+    return engine._evaluator
+
+
+def set_retry_source_evaluator(engine: Any, evaluator: Any) -> None:
+    """On the stand-in's own copy of the engine: the user's engine keeps its evaluator."""
+    engine._evaluator = evaluator
+
+
+RETRY_SOURCE_MIRRORED = mirrored(
+    _RETRY_SOURCE, "RetrySourceQueryEngine", ("_query", "_aquery"),
+    why="the concurrent per-source evaluations are the ones stock's _query makes, one evaluate per source node, "
+        "after a failed evaluate_response; a subclass that overrides them keeps its own evaluator")
