@@ -32,9 +32,9 @@ from llama_index.core.utils import print_text
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
-from ayo_core.runtime.caller import call_stock
+from ayo_core.runtime.caller import call_stock, in_async_call
 from ayo_core.templates import LLMCall, Opaque, ToolCall
-from ayo_llamaindex import synthesis
+from ayo_llamaindex import spans, synthesis
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
 from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_llamaindex.llm import LLMBinding
@@ -126,16 +126,14 @@ def _lower_selector(g: Graph, plan: RouterPlan, assign: EngineAssignment) -> str
     if isinstance(selector, LLMMultiSelector):
         extra["max_outputs"] = eng.selector_max_outputs(selector) or len(metadatas)
 
-    async def call(ctx: Any, query: QueryBundle) -> str:
-        # the selector's _select: its prompt, the choices as it writes them
-        return await binding.predict(llm_send(ctx, kind), prompt, num_choices=len(metadatas), **extra,
-                                     context_list=eng.build_choices_text(metadatas), query_str=query.query_str)
+    async def call(ctx: Any, query: QueryBundle) -> Any:
+        """The selector's ``_select`` in its own span: its prompt, the choices as it writes them, its parser."""
+        with spans.opened(selector, spans.call_names(selector, "_select"), metadatas, query) as box:
+            text = await binding.predict(llm_send(ctx, kind), prompt, num_choices=len(metadatas), **extra,
+                                         context_list=eng.build_choices_text(metadatas), query_str=query.query_str)
+            return box.set(eng.selector_result(prompt.output_parser.parse(text)))
 
-    def parse(text: str) -> Any:
-        return eng.selector_result(prompt.output_parser.parse(text))
-
-    return LLMCall(lambda query: query, "selector", call=call, parse=parse, cost=1.0).build(
-        g, "select", {"query": "query"})
+    return LLMCall(lambda query: query, "selector", call=call, cost=1.0).build(g, "select", {"query": "query"})
 
 
 def _route_fn(plan: RouterPlan, assign: EngineAssignment) -> Any:
@@ -155,7 +153,7 @@ def _route_fn(plan: RouterPlan, assign: EngineAssignment) -> Any:
             for i, engine_ind in enumerate(result.inds):
                 announce(engine_ind, result.reasons[i])
                 chosen.append(engines[engine_ind])
-            responses = await asyncio.gather(*(qe.aquery_in_graph(query) for qe in chosen))
+            responses = await run_chosen(chosen, query)
             final = await combine(ctx, responses, query) if len(responses) > 1 else responses[0]
         else:
             try:
@@ -169,6 +167,34 @@ def _route_fn(plan: RouterPlan, assign: EngineAssignment) -> Any:
         return final
 
     return route
+
+
+EMBEDDING_POLL_S = 0.005  # how often a sync route looks for the first engine's query embedding
+
+
+async def run_chosen(chosen: list[ToolQueryEngine], query: QueryBundle) -> list[Any]:
+    """The chosen engines' answers, in their order, the engines running at once.
+
+    Under ``aquery()`` stock gathers them, each retrieving on its own copy of the query. Stock's sync
+    ``query()`` runs them one after another on the one ``QueryBundle``: the first retrieval leaves its
+    query embedding on it and the others reuse it (no embedding, no embedding span of their own). So
+    there, the others start once that embedding is on the bundle (or once the first engine is done, if
+    it never embeds), and a failure is raised in stock's order (the first engine's before the rest start).
+    """
+    if in_async_call() or len(chosen) < 2:
+        return list(await asyncio.gather(*(qe.aquery_in_graph(query) for qe in chosen)))
+    first = asyncio.ensure_future(chosen[0].aquery_in_graph(query))
+    rest: list[asyncio.Future] = []
+    try:
+        while query.embedding is None and not first.done():
+            await asyncio.sleep(EMBEDDING_POLL_S)  # the bundle has no hook to wait on; the first embeds in ms
+        if first.done():
+            first.result()  # its error now, as stock's loop raises before the next engine
+        rest = [asyncio.ensure_future(qe.aquery_in_graph(query)) for qe in chosen[1:]]
+        return [await task for task in (first, *rest)]
+    finally:
+        for task in (first, *rest):
+            task.cancel()
 
 
 def _combiner(plan: RouterPlan, assign: EngineAssignment) -> Any:
