@@ -1,7 +1,7 @@
 """The dispatcher's spans of optimized composed engines against stock's (``test_spans.py``'s check):
 TransformQueryEngine with HyDE under ``query()`` and ``aquery()`` (the transform's ``_run`` span with its
 sync predict on both paths, then the inner engine's own ``query``/``_query`` spans around its steps).
-RouterQueryEngine (single and multi selection) and SubQuestionQueryEngine: the selector's / question
+CitationQueryEngine (its citation chunks); RouterQueryEngine (single and multi selection) and SubQuestionQueryEngine: the selector's / question
 generator's decode, then each chosen engine's own spans. Offline: the fake OpenAI server (it answers a
 selector prompt and a sub-question prompt with the JSON their parsers read)."""
 
@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 from llama_index.core.indices.query.query_transform import HyDEQueryTransform
-from llama_index.core.query_engine import RouterQueryEngine, SubQuestionQueryEngine, TransformQueryEngine
+from llama_index.core.query_engine import (
+    CitationQueryEngine,
+    RouterQueryEngine,
+    SubQuestionQueryEngine,
+    TransformQueryEngine,
+)
 from llama_index.core.question_gen import LLMQuestionGenerator
 from llama_index.core.selectors import LLMMultiSelector, LLMSingleSelector
 from llama_index.core.tools import QueryEngineTool
@@ -44,7 +49,11 @@ def sub_question(index: Any, url: str) -> Any:
                                                 question_gen=LLMQuestionGenerator.from_defaults(llm=make_llm(url)))
 
 
-BUILDERS = {"hyde": hyde, "router": router, "router_multi": lambda index, url: router(index, url, multi=True),
+def citation(index: Any, url: str) -> Any:
+    return CitationQueryEngine.from_args(index, llm=make_llm(url), similarity_top_k=2, citation_chunk_size=64)
+
+
+BUILDERS = {"hyde": hyde, "citation": citation, "router": router, "router_multi": lambda index, url: router(index, url, multi=True),
             "sub_question": sub_question}
 
 
