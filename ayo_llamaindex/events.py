@@ -33,6 +33,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 
 from ayo_core.introspect import once
 from ayo_core.runtime import recording as recorder
+from ayo_core.runtime.caller import in_async_call
 from ayo_llamaindex import spans
 from ayo_shims import llamaindex as shim
 
@@ -256,6 +257,14 @@ class _SplitEvents:
             raise
 
 
+def inner_retrieve_name(retriever: Any) -> str:
+    """The method ``retrieve``/``aretrieve`` calls on this path: ``_aretrieve`` under ``aquery()``, unless
+    the class keeps ``BaseRetriever._aretrieve``, which calls the sync ``_retrieve`` (``AutoMergingRetriever``)."""
+    if in_async_call() and not shim.aretrieve_calls_sync_retrieve(retriever):
+        return "_aretrieve"
+    return "_retrieve"
+
+
 class Retrieval(_SplitEvents):
     """``BaseRetriever.retrieve``'s events, split where the lowered retrieval is split (embed node,
     then search node): started before the query embedding, so its ``EMBEDDING`` events nest in
@@ -274,7 +283,7 @@ class Retrieval(_SplitEvents):
             _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
             self.event = _Event(retriever.callback_manager, CBEventType.RETRIEVE,
                                 {EventPayload.QUERY_STR: query.query_str})
-            name = spans.sync_or_async("_retrieve")
+            name = inner_retrieve_name(retriever)
             for _ in range(spans.spanned_levels(retriever, name)):
                 with (self.inner[-1] if self.inner else self.span).active():
                     self.inner.append(spans.of_method(retriever, name, query))
