@@ -1,7 +1,7 @@
 """The dispatcher's spans of optimized composed engines against stock's (``test_spans.py``'s check):
 TransformQueryEngine with HyDE under ``query()`` and ``aquery()`` (the transform's ``_run`` span with its
 sync predict on both paths, then the inner engine's own ``query``/``_query`` spans around its steps).
-CitationQueryEngine (its citation chunks); RouterQueryEngine (single and multi selection) and SubQuestionQueryEngine: the selector's / question
+CitationQueryEngine (its citation chunks); a Workflow whose step awaits a query engine and a model; RouterQueryEngine (single and multi selection) and SubQuestionQueryEngine: the selector's / question
 generator's decode, then each chosen engine's own spans. Offline: the fake OpenAI server (it answers a
 selector prompt and a sub-question prompt with the JSON their parsers read)."""
 
@@ -21,6 +21,7 @@ from llama_index.core.query_engine import (
 from llama_index.core.question_gen import LLMQuestionGenerator
 from llama_index.core.selectors import LLMMultiSelector, LLMSingleSelector
 from llama_index.core.tools import QueryEngineTool
+from llama_index.core.workflow import Event, StartEvent, StopEvent, Workflow, step
 
 import ayo_llamaindex
 from tests.ayo_llamaindex.li_helpers import QUESTIONS
@@ -68,3 +69,37 @@ def test_composed_span_tree_is_stocks(server: Any, traced: Any, kind: str, use_a
     got = span_tree(run(fast))
     assert fast.explain().opaque == [] or kind == "hyde", fast.explain().opaque  # lowered, not run as stock
     assert got == want
+
+
+class Question(Event):
+    question: str
+
+
+class AskThenRewrite(Workflow):
+    """A step awaiting a query engine, then its model on the answer: the workflow's run and step spans hold
+    the engine's and the model's, as stock's do."""
+
+    def __init__(self, index: Any, url: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.engine, self.llm = index.as_query_engine(llm=make_llm(url), similarity_top_k=2), make_llm(url)
+
+    @step
+    async def split(self, ev: StartEvent) -> Question:
+        return Question(question=ev.question)
+
+    @step
+    async def answer(self, ev: Question) -> StopEvent:
+        response = await self.engine.aquery(ev.question)
+        return StopEvent(result=str(await self.llm.acomplete(f"Rewrite briefly: {response}")))
+
+
+def test_workflow_span_tree_is_stocks(server: Any, traced: Any) -> None:  # noqa: F811
+    def run(workflow: Any) -> Any:
+        async def go() -> Any:
+            return await workflow.run(question=QUESTIONS[0])
+
+        return lambda: asyncio.run(go())
+
+    want = span_tree(run(AskThenRewrite(traced, server.url, timeout=60)))
+    assert any(path.startswith("AskThenRewrite.run/AskThenRewrite.answer/RetrieverQueryEngine.aquery") for path in want)
+    assert span_tree(run(ayo_llamaindex.optimize(AskThenRewrite(traced, server.url, timeout=60)))) == want
