@@ -103,6 +103,35 @@ async def vector_retrieve(
     return await events.retrieve(retriever, query_bundle, run)
 
 
+EMBEDDING_POLL_S = 0.005  # how often a sync call looks for the first call's query embedding on the bundle
+
+
+async def one_bundle_at_once(calls: list[Callable[[QueryBundle], Awaitable[Any]]], query: QueryBundle) -> list[Any]:
+    """Each call's result, in their order, the calls running at once on ``query``.
+
+    Stock's async paths gather such calls (a multi-selection Router's engines or retrievers), each
+    vector retrieval embedding on its own. Its sync paths run them one after another on the one
+    ``QueryBundle``: the first retrieval leaves its query embedding on it and the rest reuse it (no
+    embedding, no embedding span of their own). So on a sync path the rest start once that embedding
+    is on the bundle (or once the first call is done, if it never embeds), and a failure is raised in
+    stock's order (the first call's before the rest start).
+    """
+    if in_async_call() or len(calls) < 2:
+        return list(await asyncio.gather(*(call(query) for call in calls)))
+    first = asyncio.ensure_future(calls[0](query))
+    rest: list[asyncio.Future] = []
+    try:
+        while query.embedding is None and not first.done():
+            await asyncio.sleep(EMBEDDING_POLL_S)  # the bundle has no hook to wait on; the first embeds in ms
+        if first.done():
+            first.result()  # its error now, as stock's loop raises before the next call
+        rest = [asyncio.ensure_future(call(query)) for call in calls[1:]]
+        return [await task for task in (first, *rest)]
+    finally:
+        for task in (first, *rest):
+            task.cancel()
+
+
 async def opaque_retrieve(retriever: Any, query_bundle: QueryBundle) -> list[NodeWithScore]:
     """The user's retriever, called as stock ``RetrieverQueryEngine`` calls it (``aretrieve`` in ``aquery``)."""
     return await call_stock(retriever.retrieve, retriever.aretrieve, query_bundle)
