@@ -84,9 +84,12 @@ RETRIEVER_WHY = {
               "the retriever's own fusion",
     "auto_merging": "its vector retriever lowered (the query embedded on Ayo's embedding engine), then the "
                     "retriever's own merging of the leaves into their parents; over another retriever it stays opaque",
+    "router": "its selector's decode (LLMSingleSelector / LLMMultiSelector: their prompt and parser) on Ayo's LLM "
+              "engine, then the chosen retrievers lowered and run at once (stock's sync retrieve runs them one "
+              "after another); a Pydantic selector runs as the user's object",
 }
 MIRRORED = {"llm_rerank": shim.RERANK_MIRRORED, "structured_rerank": shim.STRUCTURED_RERANK_MIRRORED, "vector": shim.VECTOR_RETRIEVER_MIRRORED,
-            "auto_merging": shim.AUTO_MERGING_MIRRORED,
+            "auto_merging": shim.AUTO_MERGING_MIRRORED, "router": eng.ROUTER_RETRIEVER_MIRRORED,
             "fusion": shim.FUSION_RETRIEVER_MIRRORED, "retriever_query_engine": shim.ENGINE_MIRRORED,
             "citation_query_engine": shim.CITATION_ENGINE_MIRRORED}
 # what capture_query_engine's lowered kinds become (a kind missing here fails coverage())

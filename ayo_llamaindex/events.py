@@ -359,6 +359,27 @@ class EngineRetrieval(_SplitEvents, _OpenUntilEnded):
         return nodes
 
 
+class RouterRetrieval(Retrieval):
+    """``RouterRetriever.retrieve``'s events: ``BaseRetriever.retrieve``'s, and inside its ``_retrieve``
+    (``_aretrieve``) the retriever's own ``RETRIEVE`` callback event, ended with the chosen retrievers'
+    nodes (their ``dict_values``, as stock's ``on_end`` gets them)."""
+
+    def __init__(self, retriever: Any, query: Any) -> None:
+        super().__init__(retriever, query)
+        with self.inside():
+            self.nested = _Event(retriever.callback_manager, CBEventType.RETRIEVE,
+                                 {EventPayload.QUERY_STR: query.query_str})
+
+    def end_with(self, found: dict[str, Any]) -> list[Any]:
+        """Ended with ``found`` (node id -> node, in stock's order), after the retriever's recursive retrieval."""
+        self.nested.end({EventPayload.NODES: found.values()})
+        return self.end(shim.handle_recursive_retrieval(self.retriever, self.query, list(found.values())))
+
+    def fail(self, exc: BaseException) -> None:
+        self.nested.fail(exc)  # the inner event takes the error; the outer one then ends without it, as stock's
+        super().fail(exc)
+
+
 class OuterRetrieval(Retrieval, _OpenUntilEnded):
     """The events of a retriever whose lowered retrieval spans several nodes around an inner retriever's
     (``AutoMergingRetriever``: its own ``retrieve`` events hold its vector retriever's)."""

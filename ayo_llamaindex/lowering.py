@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -48,13 +49,18 @@ from ayo_core.templates import (
     RetrievalHooks,
     Synthesis,
     SynthesisHooks,
+    ToolCall,
     Transform,
 )
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
-from ayo_llamaindex import events, postprocess, prefill, retrieval, spans, speculation, synthesis
+from ayo_llamaindex import events, postprocess, prefill, retrieval, selectors, spans, speculation, synthesis
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
 from ayo_llamaindex.runtime import EngineAssignment, embed_send, llm_send
 from ayo_shims import llamaindex as shim
+from ayo_shims import llamaindex_engines as eng
+
+# stock logs "Selecting retriever ..." on its own module's logger: so do we
+router_log = logging.getLogger("llama_index.core.retrievers.router_retriever")
 
 
 def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_after: frozenset[str] = frozenset(),
@@ -141,7 +147,33 @@ def sub_retrieve_fn(plan: RetrieverPlan, assign: EngineAssignment, ctx: Any) -> 
         subs = [sub_retrieve_fn(s, assign, ctx) for s in plan.subs]
         return lambda bundle: retrieval.fusion_retrieve(
             plan.obj, bundle, lambda prompt, stream_cb=None: llm.complete(lsend, prompt, stream_cb=stream_cb), subs)
+    if plan.kind == "router":
+        return lambda bundle: router_retrieve(plan, assign, ctx, bundle)
     return lambda bundle: retrieval.opaque_retrieve(plan.obj, bundle)
+
+
+async def router_retrieve(plan: RetrieverPlan, assign: EngineAssignment, ctx: Any, query: QueryBundle) -> list:
+    """``RouterRetriever.retrieve``: its events and spans, its selector (through Ayo's engine), then the chosen
+    retrievers, lowered, at once (stock's sync path runs them one after another: see
+    :func:`retrieval.one_bundle_at_once`), merged by node id as stock merges them."""
+    parts = eng.router_retriever_parts(plan.obj)
+    send = llm_send(ctx, assign.llm_kind(plan.llm)) if plan.llm is not None else None
+    subs = [sub_retrieve_fn(s, assign, ctx) for s in plan.subs]
+    event = events.RouterRetrieval(plan.obj, query)
+    with event.inside(), event.failing():
+        result = await selectors.select(plan.llm, parts["selector"], parts["metadatas"], query, send)
+        if len(result.inds) > 1:
+            for i, ind in enumerate(result.inds):
+                router_log.info(f"Selecting retriever {ind}: {result.reasons[i]}.")
+            per_retriever = await retrieval.one_bundle_at_once([subs[ind] for ind in result.inds], query)
+        else:
+            try:
+                chosen = subs[result.ind]
+                router_log.info(f"Selecting retriever {result.ind}: {result.reason}.")
+            except ValueError as e:
+                raise ValueError("Failed to select retriever") from e
+            per_retriever = [await chosen(query)]
+        return event.end_with({n.node.node_id: n for nodes in per_retriever for n in nodes})
 
 
 async def _retrieve_with_subs(plan: RetrieverPlan, assign: EngineAssignment, ctx: Any,
@@ -161,6 +193,12 @@ def lower_retriever(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, que
         return _lower_fusion(g, plan, assign, query, after)
     if plan.kind == "auto_merging":
         return _lower_auto_merging(g, plan, assign, query, after)
+    if plan.kind == "router":
+        async def route(ctx: Any, query: QueryBundle) -> list:
+            return await router_retrieve(plan, assign, ctx, query)
+
+        return ToolCall(route, "retriever", takes_ctx=True, side_effect=False, resources=None, cost=1.0).build(
+            g, "retrieve", {"query": query}, after=after)
 
     async def run(ctx: Any, query: QueryBundle) -> Any:
         return await retrieval.opaque_retrieve(plan.obj, query)

@@ -21,7 +21,7 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
-from llama_index.core.retrievers import AutoMergingRetriever, QueryFusionRetriever
+from llama_index.core.retrievers import AutoMergingRetriever, QueryFusionRetriever, RouterRetriever
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -31,6 +31,7 @@ from ayo_core.runtime.caller import call_stock, in_async_call
 from ayo_core.runtime.owned import start_owned
 from ayo_core.runtime.pipelined import PipelinedParts
 from ayo_shims import llamaindex as shim
+from ayo_shims import llamaindex_engines as eng
 
 RetrieveFn = Callable[[QueryBundle], Awaitable[list[NodeWithScore]]]
 EmbedQueriesFn = Callable[[list[str]], Awaitable[list[float]]]
@@ -40,7 +41,7 @@ _FUSION_MIRRORED = shim.FUSION_RETRIEVER_MIRRORED
 
 
 def retriever_kind(retriever: Any) -> tuple[str, str]:
-    """``("vector" | "fusion" | "auto_merging" | "opaque", reason-if-opaque)``."""
+    """``("vector" | "fusion" | "auto_merging" | "router" | "opaque", reason-if-opaque)``."""
     if isinstance(retriever, AutoMergingRetriever):
         if over := overrides_reason(retriever, AutoMergingRetriever, shim.AUTO_MERGING_MIRRORED):
             return "opaque", over
@@ -48,6 +49,10 @@ def retriever_kind(retriever: Any) -> tuple[str, str]:
         if inner != "vector":
             return "opaque", f"AutoMergingRetriever over a retriever Ayo does not lower ({why})"
         return "auto_merging", ""
+    if isinstance(retriever, RouterRetriever):
+        if over := overrides_reason(retriever, RouterRetriever, eng.ROUTER_RETRIEVER_MIRRORED):
+            return "opaque", over
+        return "router", ""
     if isinstance(retriever, QueryFusionRetriever):
         if over := overrides_reason(retriever, QueryFusionRetriever, _FUSION_MIRRORED):
             return "opaque", over

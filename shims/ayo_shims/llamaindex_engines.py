@@ -182,3 +182,23 @@ RETRY_SOURCE_MIRRORED = mirrored(
     _RETRY_SOURCE, "RetrySourceQueryEngine", ("_query", "_aquery"),
     why="the concurrent per-source evaluations are the ones stock's _query makes, one evaluate per source node, "
         "after a failed evaluate_response; a subclass that overrides them keeps its own evaluator")
+
+# -- RouterRetriever -------------------------------------------------------------------------------
+
+_ROUTER_RETRIEVER = "llama_index.core.retrievers.router_retriever"
+
+declare(f"{_ROUTER_RETRIEVER}.RouterRetriever._selector/_retrievers/_metadatas", framework=CORE,
+        checked=CORE_CHECKED, why="capture reads the router retriever's selector and candidate retrievers",
+        check=assigns(_ROUTER_RETRIEVER, "RouterRetriever", "_selector", "_retrievers", "_metadatas"))
+
+
+def router_retriever_parts(retriever: Any) -> dict[str, Any]:
+    """The retriever's parts: ``selector``, ``retrievers``, ``metadatas``."""
+    return {"selector": retriever._selector, "retrievers": list(retriever._retrievers),
+            "metadatas": list(retriever._metadatas)}
+
+
+ROUTER_RETRIEVER_MIRRORED = mirrored(
+    _ROUTER_RETRIEVER, "RouterRetriever", ("retrieve", "aretrieve", "_retrieve", "_aretrieve",
+                                           "_handle_recursive_retrieval"),
+    why="the selector's decode goes through Ayo's engine, then the chosen retrievers (lowered) run at once")
