@@ -29,6 +29,7 @@ from llama_index.core.query_engine import (
     RetrieverQueryEngine,
     RouterQueryEngine,
     SubQuestionQueryEngine,
+    ToolRetrieverRouterQueryEngine,
     TransformQueryEngine,
 )
 from llama_index.core.response_synthesizers import ResponseMode, get_response_synthesizer
@@ -36,7 +37,7 @@ from pydantic import BaseModel
 
 from ayo_core.coverage import CoverageRow, exported_classes, probe, row
 from ayo_core.modules import OPAQUE
-from ayo_llamaindex import postprocess, router, sub_question, transform, wrapper_engines
+from ayo_llamaindex import postprocess, router, sub_question, tool_router, transform, wrapper_engines
 from ayo_llamaindex.capture import PostprocessorPlan, RetrieverPlan, capture_query_engine, capture_synthesizer
 from ayo_llamaindex.chat_engine_capture import MODES as CHAT_MODES
 from ayo_llamaindex.chat_engine_capture import recognize_chat_engine
@@ -126,6 +127,11 @@ COMPOSED_ENGINES: tuple[ComposedEngine, ...] = (
                    "the selector's decode on Ayo's engine, the chosen engines (optimized) all at once, several "
                    "answers combined by its summarizer; a Pydantic*Selector (tool calling) runs as the user's "
                    "object in its node"),
+    ComposedEngine(ToolRetrieverRouterQueryEngine, tool_router.not_lowered_reason, eng.TOOL_ROUTER_MIRRORED,
+                   "Opaque (tool retriever) -> ToolCall (retrieved engines) -> Synthesis",
+                   "the retrieved tools' engines (optimized) all at once (stock's sync query runs them one after "
+                   "another), several answers combined by its summarizer, lowered; its ObjectRetriever runs as the "
+                   "user's object in its node"),
     ComposedEngine(TransformQueryEngine, transform.not_lowered_reason, eng.TRANSFORM_MIRRORED,
                    "LLMCall (HyDE) + query embedding -> ToolCall (the engine)",
                    "HyDEQueryTransform's decode on Ayo's engine (stock's async path blocks the caller's loop on it), "

@@ -111,7 +111,7 @@ def _lower_selector(g: Graph, plan: RouterPlan, assign: EngineAssignment) -> str
 
 def _route_fn(plan: RouterPlan, assign: EngineAssignment) -> Any:
     engines, verbose = plan.engines, plan.parts["verbose"]
-    combine = _combiner(plan, assign)
+    combine = combiner(plan.summarizer, assign)
 
     def announce(ind: int, reason: str) -> None:
         log_str = f"Selecting query engine {ind}: {reason}."
@@ -142,8 +142,9 @@ def _route_fn(plan: RouterPlan, assign: EngineAssignment) -> Any:
     return route
 
 
-def _combiner(plan: RouterPlan, assign: EngineAssignment) -> Any:
-    summarizer = plan.summarizer
+def combiner(summarizer: SynthesizerPlan, assign: EngineAssignment) -> Any:
+    """``combine_responses`` for several engines' answers, with the summarizer's ``get_response`` lowered (the
+    user's summarizer itself when Ayo does not reproduce it)."""
     if summarizer.mode is None:
         async def combine_stock(ctx: Any, responses: list, query: QueryBundle) -> Any:
             return await acombine_responses(summarizer.obj, responses, query)

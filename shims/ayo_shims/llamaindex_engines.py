@@ -202,3 +202,18 @@ ROUTER_RETRIEVER_MIRRORED = mirrored(
     _ROUTER_RETRIEVER, "RouterRetriever", ("retrieve", "aretrieve", "_retrieve", "_aretrieve",
                                            "_handle_recursive_retrieval"),
     why="the selector's decode goes through Ayo's engine, then the chosen retrievers (lowered) run at once")
+
+# -- ToolRetrieverRouterQueryEngine ------------------------------------------------------------------
+
+declare(f"{_ROUTER}.ToolRetrieverRouterQueryEngine._retriever/_summarizer", framework=CORE, checked=CORE_CHECKED,
+        why="capture reads the engine's tool retriever (an ObjectRetriever) and its summarizer",
+        check=assigns(_ROUTER, "ToolRetrieverRouterQueryEngine", "_retriever", "_summarizer"))
+
+
+def tool_router_parts(engine: Any) -> dict[str, Any]:
+    """The engine's parts: ``retriever`` (of query engine tools), ``summarizer``."""
+    return {"retriever": engine._retriever, "summarizer": engine._summarizer}
+
+
+TOOL_ROUTER_MIRRORED = mirrored(_ROUTER, "ToolRetrieverRouterQueryEngine", ("query", "aquery", "_query", "_aquery"),
+                                why="the engine's control flow (retrieve tools, run their engines, combine) is a graph")
