@@ -31,7 +31,7 @@ _ENGINE_MIRRORED = shim.ENGINE_MIRRORED
 @dataclass
 class RetrieverPlan:
     obj: Any
-    kind: str  # vector | fusion | auto_merging | router | opaque
+    kind: str  # vector | fusion | auto_merging | router | recursive | opaque
     reason: str = ""
     embed: EmbedBinding | None = None
     llm: LLMBinding | None = None
@@ -41,7 +41,8 @@ class RetrieverPlan:
     def template(self) -> str:
         return {"vector": "Retrieval", "fusion": "QueryExpansion+Retrieval",
                 "auto_merging": "Retrieval+Transform(merge)",
-                "router": "Selection+Retrieval"}.get(self.kind, "Opaque")
+                "router": "Selection+Retrieval",
+                "recursive": "Retrieval+ToolCall(links at once)"}.get(self.kind, "Opaque")
 
 
 @dataclass
@@ -134,6 +135,8 @@ def capture_retriever(retriever: Any) -> RetrieverPlan:
     if kind == "fusion":
         subs = [capture_retriever(r) for r in shim.fusion_retrievers(retriever)]
         return RetrieverPlan(retriever, kind, llm=LLMBinding(shim.fusion_llm(retriever)), subs=subs)
+    if kind == "recursive":  # its root retriever lowered; the links it follows run as the user's objects
+        return RetrieverPlan(retriever, kind, subs=[capture_retriever(eng.recursive_parts(retriever)["root"])])
     if kind == "router":  # reason: why its selector runs as the user's object, if it does
         parts = eng.router_retriever_parts(retriever)
         binding, why = selector_binding(parts["selector"])

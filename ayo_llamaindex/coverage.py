@@ -85,12 +85,16 @@ RETRIEVER_WHY = {
               "the retriever's own fusion",
     "auto_merging": "its vector retriever lowered (the query embedded on Ayo's embedding engine), then the "
                     "retriever's own merging of the leaves into their parents; over another retriever it stays opaque",
+    "recursive": "its root retriever lowered, then each level's links (IndexNodes to retrievers or query engines) "
+                 "followed at once, the linked objects called as stock calls them (stock: one after another); "
+                 "with verbose=True it runs as stock",
     "router": "its selector's decode (LLMSingleSelector / LLMMultiSelector: their prompt and parser) on Ayo's LLM "
               "engine, then the chosen retrievers lowered and run at once (stock's sync retrieve runs them one "
               "after another); a Pydantic selector runs as the user's object",
 }
 MIRRORED = {"llm_rerank": shim.RERANK_MIRRORED, "structured_rerank": shim.STRUCTURED_RERANK_MIRRORED, "vector": shim.VECTOR_RETRIEVER_MIRRORED,
             "auto_merging": shim.AUTO_MERGING_MIRRORED, "router": eng.ROUTER_RETRIEVER_MIRRORED,
+            "recursive": eng.RECURSIVE_MIRRORED,
             "fusion": shim.FUSION_RETRIEVER_MIRRORED, "retriever_query_engine": shim.ENGINE_MIRRORED,
             "citation_query_engine": shim.CITATION_ENGINE_MIRRORED}
 # what capture_query_engine's lowered kinds become (a kind missing here fails coverage())
@@ -225,7 +229,17 @@ def _auto_merging_retriever() -> Any:
     return li_retrievers.AutoMergingRetriever(index.as_retriever(), index.storage_context)
 
 
-RETRIEVER_EXAMPLES: dict[type, Callable[[], Any]] = {li_retrievers.AutoMergingRetriever: _auto_merging_retriever}
+def _recursive_retriever() -> Any:
+    """A real ``RecursiveRetriever`` whose root is an empty index's vector retriever (mock embeddings)."""
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    index = VectorStoreIndex(nodes=[], embed_model=MockEmbedding(embed_dim=8))
+    return li_retrievers.RecursiveRetriever("root", retriever_dict={"root": index.as_retriever()})
+
+
+RETRIEVER_EXAMPLES: dict[type, Callable[[], Any]] = {li_retrievers.AutoMergingRetriever: _auto_merging_retriever,
+                                                     li_retrievers.RecursiveRetriever: _recursive_retriever}
 
 
 def retriever_rows() -> list[CoverageRow]:

@@ -238,6 +238,18 @@ async def retrieve(retriever: Any, query: Any, call: Callable[[], Awaitable[list
     return event.end(nodes)
 
 
+@contextlib.contextmanager
+def retrieve_callback_event(callback_manager: Any, query: Any) -> Iterator[Callable[[list[Any]], None]]:
+    """A ``with callback_manager.event(RETRIEVE, payload={QUERY_STR: ...})`` block in stock code: the block
+    ends it with its nodes (the yielded function); an error ends it once, as ``CallbackManager.event`` does."""
+    event = _Event(callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
+    try:
+        yield lambda nodes: event.end({EventPayload.NODES: nodes})
+    except BaseException as exc:
+        event.fail(exc)
+        raise
+
+
 class _SplitEvents:
     """A stock method's events split around the lowered work: its callback event ends with the
     failure of any step run inside :meth:`failing`."""

@@ -53,7 +53,17 @@ from ayo_core.templates import (
     Transform,
 )
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
-from ayo_llamaindex import events, postprocess, prefill, retrieval, selectors, spans, speculation, synthesis
+from ayo_llamaindex import (
+    events,
+    postprocess,
+    prefill,
+    recursive,
+    retrieval,
+    selectors,
+    spans,
+    speculation,
+    synthesis,
+)
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
 from ayo_llamaindex.runtime import EngineAssignment, embed_send, llm_send
 from ayo_shims import llamaindex as shim
@@ -149,6 +159,9 @@ def sub_retrieve_fn(plan: RetrieverPlan, assign: EngineAssignment, ctx: Any) -> 
             plan.obj, bundle, lambda prompt, stream_cb=None: llm.complete(lsend, prompt, stream_cb=stream_cb), subs)
     if plan.kind == "router":
         return lambda bundle: router_retrieve(plan, assign, ctx, bundle)
+    if plan.kind == "recursive":
+        root = sub_retrieve_fn(plan.subs[0], assign, ctx)
+        return lambda bundle: recursive.recursive_retrieve(plan.obj, bundle, root)
     return lambda bundle: retrieval.opaque_retrieve(plan.obj, bundle)
 
 
@@ -193,9 +206,9 @@ def lower_retriever(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, que
         return _lower_fusion(g, plan, assign, query, after)
     if plan.kind == "auto_merging":
         return _lower_auto_merging(g, plan, assign, query, after)
-    if plan.kind == "router":
+    if plan.kind in ("router", "recursive"):  # one node: the selection or the recursion inside it
         async def route(ctx: Any, query: QueryBundle) -> list:
-            return await router_retrieve(plan, assign, ctx, query)
+            return await sub_retrieve_fn(plan, assign, ctx)(query)
 
         return ToolCall(route, "retriever", takes_ctx=True, side_effect=False, resources=None, cost=1.0).build(
             g, "retrieve", {"query": query}, after=after)

@@ -21,7 +21,12 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
-from llama_index.core.retrievers import AutoMergingRetriever, QueryFusionRetriever, RouterRetriever
+from llama_index.core.retrievers import (
+    AutoMergingRetriever,
+    QueryFusionRetriever,
+    RecursiveRetriever,
+    RouterRetriever,
+)
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -41,7 +46,7 @@ _FUSION_MIRRORED = shim.FUSION_RETRIEVER_MIRRORED
 
 
 def retriever_kind(retriever: Any) -> tuple[str, str]:
-    """``("vector" | "fusion" | "auto_merging" | "router" | "opaque", reason-if-opaque)``."""
+    """``("vector" | "fusion" | "auto_merging" | "router" | "recursive" | "opaque", reason-if-opaque)``."""
     if isinstance(retriever, AutoMergingRetriever):
         if over := overrides_reason(retriever, AutoMergingRetriever, shim.AUTO_MERGING_MIRRORED):
             return "opaque", over
@@ -49,6 +54,13 @@ def retriever_kind(retriever: Any) -> tuple[str, str]:
         if inner != "vector":
             return "opaque", f"AutoMergingRetriever over a retriever Ayo does not lower ({why})"
         return "auto_merging", ""
+    if isinstance(retriever, RecursiveRetriever):
+        if over := overrides_reason(retriever, RecursiveRetriever, eng.RECURSIVE_MIRRORED):
+            return "opaque", over
+        if shim.retriever_verbose(retriever):
+            return "opaque", ("RecursiveRetriever(verbose=True) prints each step as it goes: it runs as stock, "
+                              "its links one after another, so the prints keep their order")
+        return "recursive", ""
     if isinstance(retriever, RouterRetriever):
         if over := overrides_reason(retriever, RouterRetriever, eng.ROUTER_RETRIEVER_MIRRORED):
             return "opaque", over

@@ -217,3 +217,40 @@ def tool_router_parts(engine: Any) -> dict[str, Any]:
 
 TOOL_ROUTER_MIRRORED = mirrored(_ROUTER, "ToolRetrieverRouterQueryEngine", ("query", "aquery", "_query", "_aquery"),
                                 why="the engine's control flow (retrieve tools, run their engines, combine) is a graph")
+
+# -- RecursiveRetriever ----------------------------------------------------------------------------
+
+_RECURSIVE = "llama_index.core.retrievers.recursive_retriever"
+
+declare(f"{_RECURSIVE}.RecursiveRetriever._root_id/_retriever_dict/_query_engine_dict/_query_response_tmpl",
+        framework=CORE, checked=CORE_CHECKED,
+        why="capture reads the root retriever; the lowered recursion formats a query engine's answer as stock's",
+        check=assigns(_RECURSIVE, "RecursiveRetriever", "_root_id", "_retriever_dict", "_query_engine_dict",
+                      "_query_response_tmpl"))
+
+
+def recursive_parts(retriever: Any) -> dict[str, Any]:
+    """The retriever's ``root`` (its root retriever) and ``response_tmpl`` (how a query engine's answer
+    becomes a node)."""
+    return {"root": retriever._retriever_dict[retriever._root_id], "root_id": retriever._root_id,
+            "response_tmpl": retriever._query_response_tmpl}
+
+
+declare(f"{_RECURSIVE}.RecursiveRetriever._get_object/_deduplicate_nodes", framework=CORE, checked=CORE_CHECKED,
+        why="the lowered recursion finds each linked object and deduplicates with the retriever's own code",
+        check=has_attr(_RECURSIVE, "RecursiveRetriever", "_get_object", "_deduplicate_nodes"))
+
+
+def recursive_object(retriever: Any, query_id: str) -> Any:
+    """The retriever, query engine or node ``query_id`` links to (the retriever's own lookup and error)."""
+    return retriever._get_object(query_id)
+
+
+def recursive_deduplicate(retriever: Any, nodes: list[Any]) -> list[Any]:
+    return retriever._deduplicate_nodes(nodes)
+
+
+RECURSIVE_MIRRORED = mirrored(_RECURSIVE, "RecursiveRetriever", (
+    "retrieve", "_retrieve", "_retrieve_rec", "_query_retrieved_nodes", "_get_object", "_deduplicate_nodes",
+    "_handle_recursive_retrieval"),
+    why="the recursion runs each level's linked retrievers and query engines at once (stock: one after another)")
