@@ -301,13 +301,27 @@ def _wrapper_engine(cls: type) -> Callable[[], Any]:
     return build
 
 
+def _custom_query_engine() -> Any:
+    """A ``CustomQueryEngine`` subclass as its docs write one: a field holding a query engine it calls."""
+    class AskEngine(li_query_engines.CustomQueryEngine):
+        engine: BaseQueryEngine
+
+        def custom_query(self, query_str: str) -> Any:
+            return self.engine.query(query_str)
+
+    return AskEngine(engine=_retriever_query_engine())
+
+
 # classes whose decision reads the object's fields: a small real one stands for the class
 EXAMPLES: dict[type, Callable[[], Any]] = {RetrieverQueryEngine: _retriever_query_engine,
                                            TransformQueryEngine: _hyde_query_engine,
                                            li_query_engines.CitationQueryEngine: _citation_query_engine,
+                                           li_query_engines.CustomQueryEngine: _custom_query_engine,
                                            **{cls: _wrapper_engine(cls) for cls in wrapper_engines.WRAPPERS}}
 WRAPPER_WHY = ("its own loop (evaluate and retry, or decompose and answer: each step needs the last answer) "
                "runs as the user's code, a subclass's too; the engine it calls is optimized")
+CUSTOM_WHY = ("its custom_query runs as the user's code; the query engines its fields hold are optimized (with no "
+              "such field it runs as the user's object)")
 SOURCES_AT_ONCE = ("; after a failed evaluation, its per-source evaluations (one LLM call each, one after another "
                    "in stock) run at once")
 
@@ -315,12 +329,13 @@ SOURCES_AT_ONCE = ("; after a failed evaluation, its per-source evaluations (one
 def query_engine_row(cls: type, engine: Any) -> CoverageRow:
     """What ``optimize`` makes of ``engine`` (an object of ``cls``)."""
     group = "query engines"
-    inner = getattr(engine, wrapper_engines.INNER, None)
-    if isinstance(engine, wrapper_engines.WRAPPERS) and isinstance(inner, BaseQueryEngine):
+    if names := wrapper_engines.inner_engines(engine):
+        inner = getattr(engine, names[0])
         inner_row = query_engine_row(type(inner), inner)
         at_once = wrapper_engines.evaluates_sources_at_once(engine)
         loop = "UserLoop[per-source evaluations at once]" if at_once else "UserLoop"
-        why = f"{WRAPPER_WHY}{SOURCES_AT_ONCE if at_once else ''}"
+        base_why = CUSTOM_WHY if isinstance(engine, li_query_engines.CustomQueryEngine) else WRAPPER_WHY
+        why = f"{base_why}{SOURCES_AT_ONCE if at_once else ''}"
         return row(FRAMEWORK, group, cls, f"{loop} -> ({inner_row.template})",
                    f"{why} (here a {type(inner).__name__}: {inner_row.state})")
     for composed in COMPOSED_ENGINES:

@@ -9,9 +9,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.evaluation import BaseEvaluator, EvaluationResult, GuidelineEvaluator, RelevancyEvaluator
 from llama_index.core.indices.query.query_transform import StepDecomposeQueryTransform
 from llama_index.core.query_engine import (
+    CustomQueryEngine,
     MultiStepQueryEngine,
     RetryGuidelineQueryEngine,
     RetryQueryEngine,
@@ -162,3 +164,48 @@ def test_an_evaluator_or_engine_with_its_own_evaluate_loop_is_left_as_it_is(serv
     assert fast._evaluator is plain  # noqa: SLF001
     fast.query(QUESTIONS[0])
     assert plain.most == 1
+
+
+class TwoEngines(CustomQueryEngine):
+    """A ``CustomQueryEngine`` as its docs write one: fields holding the engines its ``custom_query`` calls."""
+
+    first: BaseQueryEngine
+    second: BaseQueryEngine
+
+    def custom_query(self, query_str: str) -> str:
+        return f"{self.first.query(query_str)} | {self.second.query(query_str)}"
+
+    async def acustom_query(self, query_str: str) -> str:
+        first, second = await asyncio.gather(self.first.aquery(query_str), self.second.aquery(query_str))
+        return f"{first} | {second}"
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_custom_engines_fields_are_optimized_under_its_own_code(server: Any, traced: Any,  # noqa: F811
+                                                                   use_async: bool) -> None:
+    def build() -> TwoEngines:
+        return TwoEngines(first=traced.as_query_engine(llm=make_llm(server.url), similarity_top_k=1),
+                          second=traced.as_query_engine(llm=make_llm(server.url), similarity_top_k=2))
+
+    def call(engine: Any) -> Any:
+        return lambda: asyncio.run(engine.aquery(QUESTIONS[0])) if use_async else engine.query(QUESTIONS[0])
+
+    stock, user = build(), build()
+    first = user.first
+    fast = ayo_llamaindex.optimize(user)
+    assert isinstance(fast, OptimizedWrapperEngine) and sorted(fast.inners) == ["first", "second"]
+    assert all(isinstance(qe, OptimizedQueryEngine) and qe.plan.kind != "opaque" for qe in fast.inners.values())
+    assert str(call(fast)()) == str(call(stock)())
+    assert span_tree(call(fast)) == span_tree(call(stock))
+    assert user.first is first  # the user's engine keeps its fields
+    assert "the engines it calls are optimized (first: RetrieverQueryEngine, second: RetrieverQueryEngine)" in str(
+        fast.explain())
+
+
+def test_a_custom_engine_without_engine_fields_runs_as_the_users_object(server: Any) -> None:  # noqa: F811
+    class Echo(CustomQueryEngine):
+        def custom_query(self, query_str: str) -> str:
+            return f"echo: {query_str}"
+
+    fast = ayo_llamaindex.optimize(Echo())
+    assert not isinstance(fast, OptimizedWrapperEngine) and str(fast.query("hi")) == "echo: hi"
