@@ -161,9 +161,18 @@ class Ensemble(Module):
     """``EnsembleRetriever``: all retrievers on the same query, weighted reciprocal rank fusion."""
 
     retrievers: list[Module] = field(default_factory=list)
+    merge: str = "rrf"
 
     def children(self) -> list[Module]:
         return list(self.retrievers)
+
+
+@dataclass
+class Merger(Ensemble):
+    """``MergerRetriever``: all retrievers on the same query at once (stock's invoke: one after another),
+    their lists interleaved as its ``merge_documents`` does."""
+
+    merge: str = "interleave"
 
 
 @dataclass
@@ -391,9 +400,9 @@ class Capturer:
             return VectorRetriever(r, wrappers, vectorstore=r.vectorstore, embeddings=r.vectorstore.embeddings,
                                    parents=type(r) in _multi_vector_classes())
         try:
-            from langchain_classic.retrievers import EnsembleRetriever, MultiQueryRetriever
+            from langchain_classic.retrievers import EnsembleRetriever, MergerRetriever, MultiQueryRetriever
         except ImportError:  # pragma: no cover
-            EnsembleRetriever = MultiQueryRetriever = ()  # noqa: N806
+            EnsembleRetriever = MergerRetriever = MultiQueryRetriever = ()  # noqa: N806
         if MultiQueryRetriever and type(r) is MultiQueryRetriever:
             from langchain_classic.chains.llm import LLMChain
 
@@ -402,6 +411,8 @@ class Capturer:
             return MultiQuery(r, wrappers, retriever=self.capture(r.retriever), llm_chain=self.capture(r.llm_chain))
         if EnsembleRetriever and type(r) is EnsembleRetriever:
             return Ensemble(r, wrappers, retrievers=[self.capture(x) for x in r.retrievers])
+        if MergerRetriever and type(r) is MergerRetriever:  # stock's sync path invokes them one after another
+            return Merger(r, wrappers, retrievers=[self.capture(x) for x in r.retrievers])
         return Opaque(r, wrappers, why or f"retriever {type(r).__name__} is called as-is")
 
 
@@ -427,7 +438,7 @@ def format_tree(module: Module, indent: int = 0) -> str:
 TEMPLATES: dict[type[Module], str] = {
     Sequence: "Sequence", Parallel: "Parallel", Identity: "Transform", Assign: "Transform", Pick: "Transform",
     Lambda: "Transform", Prompt: "Transform", Parser: "Transform", Branch: "Route", Model: "LLMCall",
-    VectorRetriever: "Retrieval", MultiQuery: "QueryExpansion", Ensemble: "Aggregate", Opaque: OPAQUE}
+    VectorRetriever: "Retrieval", MultiQuery: "QueryExpansion", Ensemble: "Aggregate", Merger: "Aggregate", Opaque: OPAQUE}
 
 
 def module_graph(root: Module, opaque_reason: Callable[[Module], str] | None = None) -> ModuleGraph:

@@ -42,6 +42,7 @@ NOTES: dict[type, str] = {
                          "embeddings keeps it opaque (the reason names which)",
     cap.MultiQuery: "exact class; one whose llm_chain is a legacy LLMChain stays opaque",
     cap.Ensemble: "exact class",
+    cap.Merger: "exact class",
     Compression: "exact class; LLMChainExtractor / LLMChainFilter alone or as stages of a DocumentCompressorPipeline "
                  "lowered per document, any other compressor or transformer run as the user's object in its node; "
                  "a legacy LLMChain or a subclass stays opaque (compressors table)",
@@ -180,6 +181,12 @@ def _ensemble(p: Parts) -> Any:
     return EnsembleRetriever(retrievers=[p.retriever, p.retriever], weights=[0.5, 0.5])
 
 
+def _merger(p: Parts) -> Any:
+    from langchain_classic.retrievers import MergerRetriever
+
+    return MergerRetriever(retrievers=[p.retriever, p.retriever])
+
+
 def _compression(p: Parts, compressor: Any = None) -> Any:
     from langchain_classic.retrievers import ContextualCompressionRetriever
     from langchain_classic.retrievers.document_compressors import LLMChainExtractor
@@ -210,6 +217,7 @@ def _retriever_examples(p: Parts) -> dict[type, tuple[str, Callable[[], Any]]]:
     from langchain_classic.retrievers import (
         ContextualCompressionRetriever,
         EnsembleRetriever,
+        MergerRetriever,
         MultiQueryRetriever,
         MultiVectorRetriever,
         ParentDocumentRetriever,
@@ -217,6 +225,7 @@ def _retriever_examples(p: Parts) -> dict[type, tuple[str, Callable[[], Any]]]:
 
     return {MultiQueryRetriever: ("from_llm(...)", lambda: _multi_query(p)),
             EnsembleRetriever: ("", lambda: _ensemble(p)),
+            MergerRetriever: ("MergerRetriever(retrievers=[...])", lambda: _merger(p)),
             ContextualCompressionRetriever: ("with LLMChainExtractor.from_llm(...)", lambda: _compression(p)),
             MultiVectorRetriever: ("over Chroma(...), docstore=InMemoryStore()", lambda: _multi_vector(p)),
             ParentDocumentRetriever: ("over Chroma(...), docstore=InMemoryStore()", lambda: _parent_document(p))}

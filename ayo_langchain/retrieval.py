@@ -1,4 +1,4 @@
-"""Lowering of retrievers: vector search, MultiQueryRetriever, EnsembleRetriever.
+"""Lowering of retrievers: vector search, MultiQueryRetriever, EnsembleRetriever, MergerRetriever.
 
 * ``VectorStoreRetriever`` (or ``MultiVectorRetriever`` / ``ParentDocumentRetriever``, whose chunks found
   are then mapped to their parents through its own docstore) over ``langchain_chroma.Chroma`` with
@@ -18,6 +18,8 @@
   again, so the result never depends on the streaming heuristics.
 * ``EnsembleRetriever`` -> its retrievers as parallel branches, fused by its own
   ``weighted_reciprocal_rank``.
+* ``MergerRetriever`` -> its retrievers as parallel branches (stock's ``invoke`` runs them one after
+  another), their lists interleaved as its ``merge_documents`` does.
 """
 
 from __future__ import annotations
@@ -254,12 +256,21 @@ def _union(mq: Any, retrieve: Callable[..., Awaitable[tuple[str, Any]]]) -> Call
 
 
 # ---- EnsembleRetriever -----------------------------------------------------------------
+def interleave(doc_lists: list[list[Document]]) -> list[Document]:
+    """``MergerRetriever.merge_documents``' merge: the first of each list, then the second of each, ..."""
+    merged = []
+    for i in range(max(map(len, doc_lists), default=0)):
+        merged.extend(docs[i] for docs in doc_lists if i < len(docs))
+    return merged
+
+
 def lower_ensemble(lw: Lowerer, m: cap.Ensemble, src: str, cfg: RunnableConfig) -> str:
     ens = m.runnable
     run_cfg = leaf_config(cfg, m.wrappers, ens)
 
-    # EnsembleRetriever.ainvoke opens its run itself, without the LangSmith retriever metadata
-    planned = PlannedRetrieverRun(ens, run_cfg, ls_params=False)
+    # EnsembleRetriever.ainvoke opens its run itself, without the LangSmith retriever metadata;
+    # MergerRetriever keeps BaseRetriever's invoke, which adds them
+    planned = PlannedRetrieverRun(ens, run_cfg, ls_params=m.merge == "interleave")
 
     async def start(ctx: Any, query: Any) -> Any:
         return await planned.start(query)
@@ -279,7 +290,7 @@ def lower_ensemble(lw: Lowerer, m: cap.Ensemble, src: str, cfg: RunnableConfig) 
         async def docs() -> list[Document]:
             doc_lists = [[d if isinstance(d, Document) else Document(page_content=d) for d in lists[f"r{i}"]]
                          for i in range(len(m.retrievers))]
-            return ens.weighted_reciprocal_rank(doc_lists)
+            return interleave(doc_lists) if m.merge == "interleave" else ens.weighted_reciprocal_rank(doc_lists)
 
         return await reported(run, docs())
 

@@ -20,8 +20,10 @@ from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.postprocess import postprocessor_kind
 from ayo_llamaindex.retrieval import retriever_kind
+from ayo_llamaindex.selectors import selector_binding
 from ayo_llamaindex.synthesis import synthesis_mode
 from ayo_shims import llamaindex as shim
+from ayo_shims import llamaindex_engines as eng
 
 _ENGINE_MIRRORED = shim.ENGINE_MIRRORED
 
@@ -29,7 +31,7 @@ _ENGINE_MIRRORED = shim.ENGINE_MIRRORED
 @dataclass
 class RetrieverPlan:
     obj: Any
-    kind: str  # vector | fusion | auto_merging | opaque
+    kind: str  # vector | fusion | auto_merging | router | recursive | opaque
     reason: str = ""
     embed: EmbedBinding | None = None
     llm: LLMBinding | None = None
@@ -38,7 +40,9 @@ class RetrieverPlan:
     @property
     def template(self) -> str:
         return {"vector": "Retrieval", "fusion": "QueryExpansion+Retrieval",
-                "auto_merging": "Retrieval+Transform(merge)"}.get(self.kind, "Opaque")
+                "auto_merging": "Retrieval+Transform(merge)",
+                "router": "Selection+Retrieval",
+                "recursive": "Retrieval+ToolCall(links at once)"}.get(self.kind, "Opaque")
 
 
 @dataclass
@@ -111,6 +115,8 @@ class QueryEnginePlan:
         for plan in self.parts():
             if getattr(plan, "kind", None) == "opaque" or (isinstance(plan, SynthesizerPlan) and plan.mode is None):
                 out.append((type(plan.obj).__name__, plan.reason))
+            elif isinstance(plan, RetrieverPlan) and plan.kind == "router" and plan.llm is None:
+                out.append(("selector", plan.reason))
             llm = getattr(plan, "llm", None)
             if llm is not None and not llm.recognized:
                 out.append((llm.label, f"LLM called as the user's object: {llm.reason}"))
@@ -129,6 +135,12 @@ def capture_retriever(retriever: Any) -> RetrieverPlan:
     if kind == "fusion":
         subs = [capture_retriever(r) for r in shim.fusion_retrievers(retriever)]
         return RetrieverPlan(retriever, kind, llm=LLMBinding(shim.fusion_llm(retriever)), subs=subs)
+    if kind == "recursive":  # its root retriever lowered; the links it follows run as the user's objects
+        return RetrieverPlan(retriever, kind, subs=[capture_retriever(eng.recursive_parts(retriever)["root"])])
+    if kind == "router":  # reason: why its selector runs as the user's object, if it does
+        parts = eng.router_retriever_parts(retriever)
+        binding, why = selector_binding(parts["selector"])
+        return RetrieverPlan(retriever, kind, why, llm=binding, subs=[capture_retriever(r) for r in parts["retrievers"]])
     return RetrieverPlan(retriever, "opaque", reason)
 
 
@@ -196,6 +208,9 @@ def _retriever_module(r: RetrieverPlan) -> BoundModule:
         detail = f"top_k={r.obj.similarity_top_k} store={type(shim.retriever_vector_store(r.obj)).__name__} embed={binding_label(r.embed)}"
     elif r.kind == "fusion":
         detail = f"num_queries={r.obj.num_queries} mode={_mode(r.obj.mode)} llm={binding_label(r.llm)}"
+    elif r.kind == "router":
+        selector = eng.router_retriever_parts(r.obj)["selector"]
+        detail = f"selector={type(selector).__name__} llm={binding_label(r.llm)}"
     return BoundModule("retriever", r.template, r.obj, r.reason, [_retriever_module(s) for s in r.subs], detail)
 
 

@@ -29,6 +29,7 @@ from llama_index.core.query_engine import (
     RetrieverQueryEngine,
     RouterQueryEngine,
     SubQuestionQueryEngine,
+    ToolRetrieverRouterQueryEngine,
     TransformQueryEngine,
 )
 from llama_index.core.response_synthesizers import ResponseMode, get_response_synthesizer
@@ -36,7 +37,7 @@ from pydantic import BaseModel
 
 from ayo_core.coverage import CoverageRow, exported_classes, probe, row
 from ayo_core.modules import OPAQUE
-from ayo_llamaindex import postprocess, router, sub_question, transform, wrapper_engines
+from ayo_llamaindex import postprocess, router, sub_question, tool_router, transform, wrapper_engines
 from ayo_llamaindex.capture import PostprocessorPlan, RetrieverPlan, capture_query_engine, capture_synthesizer
 from ayo_llamaindex.chat_engine_capture import MODES as CHAT_MODES
 from ayo_llamaindex.chat_engine_capture import recognize_chat_engine
@@ -84,9 +85,16 @@ RETRIEVER_WHY = {
               "the retriever's own fusion",
     "auto_merging": "its vector retriever lowered (the query embedded on Ayo's embedding engine), then the "
                     "retriever's own merging of the leaves into their parents; over another retriever it stays opaque",
+    "recursive": "its root retriever lowered, then each level's links (IndexNodes to retrievers or query engines) "
+                 "followed at once, the linked objects called as stock calls them (stock: one after another); "
+                 "with verbose=True it runs as stock",
+    "router": "its selector's decode (LLMSingleSelector / LLMMultiSelector: their prompt and parser) on Ayo's LLM "
+              "engine, then the chosen retrievers lowered and run at once (stock's sync retrieve runs them one "
+              "after another); a Pydantic selector runs as the user's object",
 }
 MIRRORED = {"llm_rerank": shim.RERANK_MIRRORED, "structured_rerank": shim.STRUCTURED_RERANK_MIRRORED, "vector": shim.VECTOR_RETRIEVER_MIRRORED,
-            "auto_merging": shim.AUTO_MERGING_MIRRORED,
+            "auto_merging": shim.AUTO_MERGING_MIRRORED, "router": eng.ROUTER_RETRIEVER_MIRRORED,
+            "recursive": eng.RECURSIVE_MIRRORED,
             "fusion": shim.FUSION_RETRIEVER_MIRRORED, "retriever_query_engine": shim.ENGINE_MIRRORED,
             "citation_query_engine": shim.CITATION_ENGINE_MIRRORED}
 # what capture_query_engine's lowered kinds become (a kind missing here fails coverage())
@@ -123,6 +131,11 @@ COMPOSED_ENGINES: tuple[ComposedEngine, ...] = (
                    "the selector's decode on Ayo's engine, the chosen engines (optimized) all at once, several "
                    "answers combined by its summarizer; a Pydantic*Selector (tool calling) runs as the user's "
                    "object in its node"),
+    ComposedEngine(ToolRetrieverRouterQueryEngine, tool_router.not_lowered_reason, eng.TOOL_ROUTER_MIRRORED,
+                   "Opaque (tool retriever) -> ToolCall (retrieved engines) -> Synthesis",
+                   "the retrieved tools' engines (optimized) all at once (stock's sync query runs them one after "
+                   "another), several answers combined by its summarizer, lowered; its ObjectRetriever runs as the "
+                   "user's object in its node"),
     ComposedEngine(TransformQueryEngine, transform.not_lowered_reason, eng.TRANSFORM_MIRRORED,
                    "LLMCall (HyDE) + query embedding -> ToolCall (the engine)",
                    "HyDEQueryTransform's decode on Ayo's engine (stock's async path blocks the caller's loop on it), "
@@ -216,7 +229,17 @@ def _auto_merging_retriever() -> Any:
     return li_retrievers.AutoMergingRetriever(index.as_retriever(), index.storage_context)
 
 
-RETRIEVER_EXAMPLES: dict[type, Callable[[], Any]] = {li_retrievers.AutoMergingRetriever: _auto_merging_retriever}
+def _recursive_retriever() -> Any:
+    """A real ``RecursiveRetriever`` whose root is an empty index's vector retriever (mock embeddings)."""
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    index = VectorStoreIndex(nodes=[], embed_model=MockEmbedding(embed_dim=8))
+    return li_retrievers.RecursiveRetriever("root", retriever_dict={"root": index.as_retriever()})
+
+
+RETRIEVER_EXAMPLES: dict[type, Callable[[], Any]] = {li_retrievers.AutoMergingRetriever: _auto_merging_retriever,
+                                                     li_retrievers.RecursiveRetriever: _recursive_retriever}
 
 
 def retriever_rows() -> list[CoverageRow]:
@@ -278,23 +301,43 @@ def _wrapper_engine(cls: type) -> Callable[[], Any]:
     return build
 
 
+def _custom_query_engine() -> Any:
+    """A ``CustomQueryEngine`` subclass as its docs write one: a field holding a query engine it calls."""
+    class AskEngine(li_query_engines.CustomQueryEngine):
+        engine: BaseQueryEngine
+
+        def custom_query(self, query_str: str) -> Any:
+            return self.engine.query(query_str)
+
+    return AskEngine(engine=_retriever_query_engine())
+
+
 # classes whose decision reads the object's fields: a small real one stands for the class
 EXAMPLES: dict[type, Callable[[], Any]] = {RetrieverQueryEngine: _retriever_query_engine,
                                            TransformQueryEngine: _hyde_query_engine,
                                            li_query_engines.CitationQueryEngine: _citation_query_engine,
+                                           li_query_engines.CustomQueryEngine: _custom_query_engine,
                                            **{cls: _wrapper_engine(cls) for cls in wrapper_engines.WRAPPERS}}
 WRAPPER_WHY = ("its own loop (evaluate and retry, or decompose and answer: each step needs the last answer) "
                "runs as the user's code, a subclass's too; the engine it calls is optimized")
+CUSTOM_WHY = ("its custom_query runs as the user's code; the query engines its fields hold are optimized (with no "
+              "such field it runs as the user's object)")
+SOURCES_AT_ONCE = ("; after a failed evaluation, its per-source evaluations (one LLM call each, one after another "
+                   "in stock) run at once")
 
 
 def query_engine_row(cls: type, engine: Any) -> CoverageRow:
     """What ``optimize`` makes of ``engine`` (an object of ``cls``)."""
     group = "query engines"
-    inner = getattr(engine, wrapper_engines.INNER, None)
-    if isinstance(engine, wrapper_engines.WRAPPERS) and isinstance(inner, BaseQueryEngine):
+    if names := wrapper_engines.inner_engines(engine):
+        inner = getattr(engine, names[0])
         inner_row = query_engine_row(type(inner), inner)
-        return row(FRAMEWORK, group, cls, f"UserLoop -> ({inner_row.template})",
-                   f"{WRAPPER_WHY} (here a {type(inner).__name__}: {inner_row.state})")
+        at_once = wrapper_engines.evaluates_sources_at_once(engine)
+        loop = "UserLoop[per-source evaluations at once]" if at_once else "UserLoop"
+        base_why = CUSTOM_WHY if isinstance(engine, li_query_engines.CustomQueryEngine) else WRAPPER_WHY
+        why = f"{base_why}{SOURCES_AT_ONCE if at_once else ''}"
+        return row(FRAMEWORK, group, cls, f"{loop} -> ({inner_row.template})",
+                   f"{why} (here a {type(inner).__name__}: {inner_row.state})")
     for composed in COMPOSED_ENGINES:
         if isinstance(engine, composed.base):
             if reason := composed.not_lowered_reason(engine):

@@ -33,6 +33,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 
 from ayo_core.introspect import once
 from ayo_core.runtime import recording as recorder
+from ayo_core.runtime.caller import in_async_call
 from ayo_llamaindex import spans
 from ayo_shims import llamaindex as shim
 
@@ -237,6 +238,18 @@ async def retrieve(retriever: Any, query: Any, call: Callable[[], Awaitable[list
     return event.end(nodes)
 
 
+@contextlib.contextmanager
+def retrieve_callback_event(callback_manager: Any, query: Any) -> Iterator[Callable[[list[Any]], None]]:
+    """A ``with callback_manager.event(RETRIEVE, payload={QUERY_STR: ...})`` block in stock code: the block
+    ends it with its nodes (the yielded function); an error ends it once, as ``CallbackManager.event`` does."""
+    event = _Event(callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
+    try:
+        yield lambda nodes: event.end({EventPayload.NODES: nodes})
+    except BaseException as exc:
+        event.fail(exc)
+        raise
+
+
 class _SplitEvents:
     """A stock method's events split around the lowered work: its callback event ends with the
     failure of any step run inside :meth:`failing`."""
@@ -254,6 +267,14 @@ class _SplitEvents:
         except BaseException as exc:
             self.fail(exc)
             raise
+
+
+def inner_retrieve_name(retriever: Any) -> str:
+    """The method ``retrieve``/``aretrieve`` calls on this path: ``_aretrieve`` under ``aquery()``, unless
+    the class keeps ``BaseRetriever._aretrieve``, which calls the sync ``_retrieve`` (``AutoMergingRetriever``)."""
+    if in_async_call() and not shim.aretrieve_calls_sync_retrieve(retriever):
+        return "_aretrieve"
+    return "_retrieve"
 
 
 class Retrieval(_SplitEvents):
@@ -274,7 +295,7 @@ class Retrieval(_SplitEvents):
             _dispatch(_RETRIEVE, lambda: RetrievalStartEvent(str_or_query_bundle=query))
             self.event = _Event(retriever.callback_manager, CBEventType.RETRIEVE,
                                 {EventPayload.QUERY_STR: query.query_str})
-            name = spans.sync_or_async("_retrieve")
+            name = inner_retrieve_name(retriever)
             for _ in range(spans.spanned_levels(retriever, name)):
                 with (self.inner[-1] if self.inner else self.span).active():
                     self.inner.append(spans.of_method(retriever, name, query))
@@ -348,6 +369,27 @@ class EngineRetrieval(_SplitEvents, _OpenUntilEnded):
         self.unregister()
         self.event.end({EventPayload.NODES: nodes})
         return nodes
+
+
+class RouterRetrieval(Retrieval):
+    """``RouterRetriever.retrieve``'s events: ``BaseRetriever.retrieve``'s, and inside its ``_retrieve``
+    (``_aretrieve``) the retriever's own ``RETRIEVE`` callback event, ended with the chosen retrievers'
+    nodes (their ``dict_values``, as stock's ``on_end`` gets them)."""
+
+    def __init__(self, retriever: Any, query: Any) -> None:
+        super().__init__(retriever, query)
+        with self.inside():
+            self.nested = _Event(retriever.callback_manager, CBEventType.RETRIEVE,
+                                 {EventPayload.QUERY_STR: query.query_str})
+
+    def end_with(self, found: dict[str, Any]) -> list[Any]:
+        """Ended with ``found`` (node id -> node, in stock's order), after the retriever's recursive retrieval."""
+        self.nested.end({EventPayload.NODES: found.values()})
+        return self.end(shim.handle_recursive_retrieval(self.retriever, self.query, list(found.values())))
+
+    def fail(self, exc: BaseException) -> None:
+        self.nested.fail(exc)  # the inner event takes the error; the outer one then ends without it, as stock's
+        super().fail(exc)
 
 
 class OuterRetrieval(Retrieval, _OpenUntilEnded):

@@ -28,6 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -35,7 +38,7 @@ from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
 from ayo_core.introspect import overridden
-from ayo_core.runtime.caller import call_stock
+from ayo_core.runtime.caller import CALLER_LOOP, call_stock
 from ayo_core.templates import (
     FusionHooks,
     FusionRetrieval,
@@ -46,13 +49,28 @@ from ayo_core.templates import (
     RetrievalHooks,
     Synthesis,
     SynthesisHooks,
+    ToolCall,
     Transform,
 )
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
-from ayo_llamaindex import events, postprocess, prefill, retrieval, spans, speculation, synthesis
+from ayo_llamaindex import (
+    events,
+    postprocess,
+    prefill,
+    recursive,
+    retrieval,
+    selectors,
+    spans,
+    speculation,
+    synthesis,
+)
 from ayo_llamaindex.capture import PostprocessorPlan, QueryEnginePlan, RetrieverPlan, SynthesizerPlan
 from ayo_llamaindex.runtime import EngineAssignment, embed_send, llm_send
 from ayo_shims import llamaindex as shim
+from ayo_shims import llamaindex_engines as eng
+
+# stock logs "Selecting retriever ..." on its own module's logger: so do we
+router_log = logging.getLogger("llama_index.core.retrievers.router_retriever")
 
 
 def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_after: frozenset[str] = frozenset(),
@@ -139,7 +157,36 @@ def sub_retrieve_fn(plan: RetrieverPlan, assign: EngineAssignment, ctx: Any) -> 
         subs = [sub_retrieve_fn(s, assign, ctx) for s in plan.subs]
         return lambda bundle: retrieval.fusion_retrieve(
             plan.obj, bundle, lambda prompt, stream_cb=None: llm.complete(lsend, prompt, stream_cb=stream_cb), subs)
+    if plan.kind == "router":
+        return lambda bundle: router_retrieve(plan, assign, ctx, bundle)
+    if plan.kind == "recursive":
+        root = sub_retrieve_fn(plan.subs[0], assign, ctx)
+        return lambda bundle: recursive.recursive_retrieve(plan.obj, bundle, root)
     return lambda bundle: retrieval.opaque_retrieve(plan.obj, bundle)
+
+
+async def router_retrieve(plan: RetrieverPlan, assign: EngineAssignment, ctx: Any, query: QueryBundle) -> list:
+    """``RouterRetriever.retrieve``: its events and spans, its selector (through Ayo's engine), then the chosen
+    retrievers, lowered, at once (stock's sync path runs them one after another: see
+    :func:`retrieval.one_bundle_at_once`), merged by node id as stock merges them."""
+    parts = eng.router_retriever_parts(plan.obj)
+    send = llm_send(ctx, assign.llm_kind(plan.llm)) if plan.llm is not None else None
+    subs = [sub_retrieve_fn(s, assign, ctx) for s in plan.subs]
+    event = events.RouterRetrieval(plan.obj, query)
+    with event.inside(), event.failing():
+        result = await selectors.select(plan.llm, parts["selector"], parts["metadatas"], query, send)
+        if len(result.inds) > 1:
+            for i, ind in enumerate(result.inds):
+                router_log.info(f"Selecting retriever {ind}: {result.reasons[i]}.")
+            per_retriever = await retrieval.one_bundle_at_once([subs[ind] for ind in result.inds], query)
+        else:
+            try:
+                chosen = subs[result.ind]
+                router_log.info(f"Selecting retriever {result.ind}: {result.reason}.")
+            except ValueError as e:
+                raise ValueError("Failed to select retriever") from e
+            per_retriever = [await chosen(query)]
+        return event.end_with({n.node.node_id: n for nodes in per_retriever for n in nodes})
 
 
 async def _retrieve_with_subs(plan: RetrieverPlan, assign: EngineAssignment, ctx: Any,
@@ -159,6 +206,12 @@ def lower_retriever(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, que
         return _lower_fusion(g, plan, assign, query, after)
     if plan.kind == "auto_merging":
         return _lower_auto_merging(g, plan, assign, query, after)
+    if plan.kind in ("router", "recursive"):  # one node: the selection or the recursion inside it
+        async def route(ctx: Any, query: QueryBundle) -> list:
+            return await sub_retrieve_fn(plan, assign, ctx)(query)
+
+        return ToolCall(route, "retriever", takes_ctx=True, side_effect=False, resources=None, cost=1.0).build(
+            g, "retrieve", {"query": query}, after=after)
 
     async def run(ctx: Any, query: QueryBundle) -> Any:
         return await retrieval.opaque_retrieve(plan.obj, query)
@@ -169,42 +222,73 @@ def lower_retriever(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, que
 
 def _lower_auto_merging(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str,
                         after: frozenset[str]) -> str:
-    """``AutoMergingRetriever.retrieve``: its events open, its vector retriever lowered, its own merging."""
+    """``AutoMergingRetriever.retrieve``: its events and spans open (``retrieve`` > ``_retrieve``), its vector
+    retriever lowered inside them, then its own merging. Its ``_retrieve`` calls the vector retriever's sync
+    ``retrieve()``, under ``aretrieve()`` too (it keeps the base ``_aretrieve``): so does the lowered one."""
     r = plan.obj
+    opened: dict[str, events.OuterRetrieval] = {}  # per query: its events, opened by whichever node runs first
 
-    def open_events(query: QueryBundle) -> events.OuterRetrieval:
-        return events.OuterRetrieval(r, query)
+    def open_events(ctx: Any, query: QueryBundle) -> events.OuterRetrieval:
+        if (event := opened.get(ctx.query_id)) is None:  # the passes may run the vector nodes before this one
+            event = opened[ctx.query_id] = events.OuterRetrieval(r, query,
+                                                                 on_end=lambda: opened.pop(ctx.query_id, None))
+        return event
 
-    opened = Transform(open_events, "retriever").build(g, "retrieve.open", {"query": query}, after=after)
-    found = _lower_vector(g, plan.subs[0], assign, query, after | {opened}, name="retrieve.vector")
+    async def open_node(ctx: Any, query: QueryBundle) -> events.OuterRetrieval:
+        return open_events(ctx, query)  # on the loop, as the vector nodes' open: never two at once
+
+    @contextlib.contextmanager
+    def inside(ctx: Any, query: QueryBundle) -> Iterator[None]:
+        event = open_events(ctx, query)  # on the caller's path (aretrieve under aquery)
+        token = CALLER_LOOP.set(None)  # this node's own context: the sync path, as stock's _retrieve takes
+        try:
+            with event.inside():
+                yield
+        finally:
+            CALLER_LOOP.reset(token)
+
+    opened_node = Transform(open_node, "retriever", takes_ctx=True).build(g, "retrieve.open", {"query": query},
+                                                                           after=after)
+    found = _lower_vector(g, plan.subs[0], assign, query, after | {opened_node}, name="retrieve.vector",
+                          scope=inside)
 
     async def merge(ctx: Any, query: QueryBundle, nodes: list, event: events.OuterRetrieval) -> list:
-        with event.failing():  # the docstore may be remote: off the loop
+        with event.failing(), event.inside():  # the docstore may be remote: off the loop
             merged = await asyncio.to_thread(shim.auto_merge, r, nodes)
+        with event.failing():
             return event.end(shim.handle_recursive_retrieval(r, query, merged))
 
     return Transform(merge, "retriever", takes_ctx=True, resources=None).build(
-        g, "retrieve", {"query": query, "nodes": found, "event": opened})
+        g, "retrieve", {"query": query, "nodes": found, "event": opened_node})
 
 
 def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str, after: frozenset[str],
-                  name: str = "retrieve") -> str:
+                  name: str = "retrieve",
+                  scope: Callable[[Any, QueryBundle], AbstractContextManager[Any]] | None = None) -> str:
+    """``VectorIndexRetriever.retrieve`` as embed + search nodes; ``scope(ctx, query)`` wraps both (the spans and
+    call path of a retriever that calls this one)."""
     r, embed = plan.obj, plan.embed
     kind = assign.embed_kind(embed)
 
+    def within(ctx: Any, query: QueryBundle) -> AbstractContextManager[Any]:
+        return scope(ctx, query) if scope is not None else contextlib.nullcontext()
+
     async def embed_query(ctx: Any, query: QueryBundle) -> tuple[Any, events.Retrieval]:
         # the retrieve events start here, as stock's retrieve() starts them before it embeds
-        event = events.Retrieval(r, query)
-        if not retrieval.needs_query_embedding(r, query):
-            return None, event
-        with event.inside(), event.failing():
-            return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs)), event
+        with within(ctx, query):
+            event = events.Retrieval(r, query)
+            if not retrieval.needs_query_embedding(r, query):
+                return None, event
+            with event.inside(), event.failing():
+                return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs)), event
 
     async def search(ctx: Any, query: QueryBundle, embedded: tuple[Any, events.Retrieval]) -> Any:
         embedding, event = embedded
-        with event.failing():
-            nodes = await asyncio.to_thread(retrieval.search_sync, r, retrieval.with_embedding(query, embedding))
-        return event.end(nodes)
+        with within(ctx, query):
+            with event.failing():
+                bundle = retrieval.with_embedding(query, embedding)
+                nodes = await asyncio.to_thread(retrieval.search_sync, r, bundle)
+            return event.end(nodes)
 
     hooks = RetrievalHooks(embed=embed_query, search=search, engine=kind or "local")
     return Retrieval(module="retriever", hooks=hooks).build(g, name, {"query": query}, after=after)

@@ -21,7 +21,12 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
-from llama_index.core.retrievers import AutoMergingRetriever, QueryFusionRetriever
+from llama_index.core.retrievers import (
+    AutoMergingRetriever,
+    QueryFusionRetriever,
+    RecursiveRetriever,
+    RouterRetriever,
+)
 from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -31,6 +36,7 @@ from ayo_core.runtime.caller import call_stock, in_async_call
 from ayo_core.runtime.owned import start_owned
 from ayo_core.runtime.pipelined import PipelinedParts
 from ayo_shims import llamaindex as shim
+from ayo_shims import llamaindex_engines as eng
 
 RetrieveFn = Callable[[QueryBundle], Awaitable[list[NodeWithScore]]]
 EmbedQueriesFn = Callable[[list[str]], Awaitable[list[float]]]
@@ -40,7 +46,7 @@ _FUSION_MIRRORED = shim.FUSION_RETRIEVER_MIRRORED
 
 
 def retriever_kind(retriever: Any) -> tuple[str, str]:
-    """``("vector" | "fusion" | "auto_merging" | "opaque", reason-if-opaque)``."""
+    """``("vector" | "fusion" | "auto_merging" | "router" | "recursive" | "opaque", reason-if-opaque)``."""
     if isinstance(retriever, AutoMergingRetriever):
         if over := overrides_reason(retriever, AutoMergingRetriever, shim.AUTO_MERGING_MIRRORED):
             return "opaque", over
@@ -48,6 +54,17 @@ def retriever_kind(retriever: Any) -> tuple[str, str]:
         if inner != "vector":
             return "opaque", f"AutoMergingRetriever over a retriever Ayo does not lower ({why})"
         return "auto_merging", ""
+    if isinstance(retriever, RecursiveRetriever):
+        if over := overrides_reason(retriever, RecursiveRetriever, eng.RECURSIVE_MIRRORED):
+            return "opaque", over
+        if shim.retriever_verbose(retriever):
+            return "opaque", ("RecursiveRetriever(verbose=True) prints each step as it goes: it runs as stock, "
+                              "its links one after another, so the prints keep their order")
+        return "recursive", ""
+    if isinstance(retriever, RouterRetriever):
+        if over := overrides_reason(retriever, RouterRetriever, eng.ROUTER_RETRIEVER_MIRRORED):
+            return "opaque", over
+        return "router", ""
     if isinstance(retriever, QueryFusionRetriever):
         if over := overrides_reason(retriever, QueryFusionRetriever, _FUSION_MIRRORED):
             return "opaque", over
@@ -101,6 +118,35 @@ async def vector_retrieve(
         return await asyncio.to_thread(search_sync, retriever, with_embedding(query_bundle, embedding))
 
     return await events.retrieve(retriever, query_bundle, run)
+
+
+EMBEDDING_POLL_S = 0.005  # how often a sync call looks for the first call's query embedding on the bundle
+
+
+async def one_bundle_at_once(calls: list[Callable[[QueryBundle], Awaitable[Any]]], query: QueryBundle) -> list[Any]:
+    """Each call's result, in their order, the calls running at once on ``query``.
+
+    Stock's async paths gather such calls (a multi-selection Router's engines or retrievers), each
+    vector retrieval embedding on its own. Its sync paths run them one after another on the one
+    ``QueryBundle``: the first retrieval leaves its query embedding on it and the rest reuse it (no
+    embedding, no embedding span of their own). So on a sync path the rest start once that embedding
+    is on the bundle (or once the first call is done, if it never embeds), and a failure is raised in
+    stock's order (the first call's before the rest start).
+    """
+    if in_async_call() or len(calls) < 2:
+        return list(await asyncio.gather(*(call(query) for call in calls)))
+    first = asyncio.ensure_future(calls[0](query))
+    rest: list[asyncio.Future] = []
+    try:
+        while query.embedding is None and not first.done():
+            await asyncio.sleep(EMBEDDING_POLL_S)  # the bundle has no hook to wait on; the first embeds in ms
+        if first.done():
+            first.result()  # its error now, as stock's loop raises before the next call
+        rest = [asyncio.ensure_future(call(query)) for call in calls[1:]]
+        return [await task for task in (first, *rest)]
+    finally:
+        for task in (first, *rest):
+            task.cancel()
 
 
 async def opaque_retrieve(retriever: Any, query_bundle: QueryBundle) -> list[NodeWithScore]:

@@ -17,7 +17,6 @@ still optimized.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -26,15 +25,13 @@ from llama_index.core.base.response.schema import Response
 from llama_index.core.query_engine import RouterQueryEngine
 from llama_index.core.query_engine.router_query_engine import acombine_responses
 from llama_index.core.schema import QueryBundle
-from llama_index.core.selectors import LLMMultiSelector, LLMSingleSelector
 from llama_index.core.utils import print_text
 
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
-from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import LLMCall, Opaque, ToolCall
-from ayo_llamaindex import synthesis
+from ayo_llamaindex import retrieval, selectors, synthesis
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
 from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_llamaindex.llm import LLMBinding
@@ -76,22 +73,9 @@ def not_lowered_reason(engine: Any) -> str | None:
     return overrides_reason(engine, RouterQueryEngine, eng.ROUTER_MIRRORED)
 
 
-def _selector_binding(selector: Any) -> tuple[LLMBinding | None, str]:
-    for cls, mirrored in ((LLMSingleSelector, eng.SELECTOR_MIRRORED), (LLMMultiSelector, eng.MULTI_SELECTOR_MIRRORED)):
-        if type(selector) is cls or (isinstance(selector, cls) and not overrides_reason(selector, cls, mirrored)):
-            return LLMBinding(eng.selector_llm(selector)), ""
-        if isinstance(selector, cls):
-            return None, str(overrides_reason(selector, cls, mirrored))
-    name = type(selector).__name__
-    if name.startswith("Pydantic"):
-        return None, (f"{name} asks the LLM for a function call (tool calling): it runs as the user's object; "
-                      "LLMSingleSelector / LLMMultiSelector are lowered")
-    return None, f"{name} is a selector Ayo does not reproduce"
-
-
 def capture_router(engine: Any, policy: str) -> RouterPlan:
     parts = eng.router_parts(engine)
-    binding, reason = _selector_binding(parts["selector"])
+    binding, reason = selectors.selector_binding(parts["selector"])
     seen: dict[int, ToolQueryEngine] = {}
     engines = []
     for qe in parts["query_engines"]:
@@ -113,34 +97,21 @@ def build_router_graph(plan: RouterPlan, assign: EngineAssignment) -> Graph:
 
 
 def _lower_selector(g: Graph, plan: RouterPlan, assign: EngineAssignment) -> str:
-    selector, metadatas = plan.parts["selector"], plan.parts["metadatas"]
-    if plan.selector_llm is None:
-        async def run(ctx: Any, query: QueryBundle) -> Any:
-            return await call_stock(selector.select, selector.aselect, metadatas, query)
+    selector, metadatas, binding = plan.parts["selector"], plan.parts["metadatas"], plan.selector_llm
 
+    async def run(ctx: Any, query: QueryBundle) -> Any:
+        send = llm_send(ctx, assign.llm_kind(binding)) if binding is not None else None
+        return await selectors.select(binding, selector, metadatas, query, send)
+
+    if binding is None:
         return Opaque(run, "selector", takes_ctx=True, resources=None, cost=1.0,
                       reason=plan.selector_reason).build(g, "select", {"query": "query"})
-    binding, kind = plan.selector_llm, assign.llm_kind(plan.selector_llm)
-    prompt = eng.selector_prompt(selector)
-    extra = {}
-    if isinstance(selector, LLMMultiSelector):
-        extra["max_outputs"] = eng.selector_max_outputs(selector) or len(metadatas)
-
-    async def call(ctx: Any, query: QueryBundle) -> str:
-        # the selector's _select: its prompt, the choices as it writes them
-        return await binding.predict(llm_send(ctx, kind), prompt, num_choices=len(metadatas), **extra,
-                                     context_list=eng.build_choices_text(metadatas), query_str=query.query_str)
-
-    def parse(text: str) -> Any:
-        return eng.selector_result(prompt.output_parser.parse(text))
-
-    return LLMCall(lambda query: query, "selector", call=call, parse=parse, cost=1.0).build(
-        g, "select", {"query": "query"})
+    return LLMCall(lambda query: query, "selector", call=run, cost=1.0).build(g, "select", {"query": "query"})
 
 
 def _route_fn(plan: RouterPlan, assign: EngineAssignment) -> Any:
     engines, verbose = plan.engines, plan.parts["verbose"]
-    combine = _combiner(plan, assign)
+    combine = combiner(plan.summarizer, assign)
 
     def announce(ind: int, reason: str) -> None:
         log_str = f"Selecting query engine {ind}: {reason}."
@@ -155,7 +126,7 @@ def _route_fn(plan: RouterPlan, assign: EngineAssignment) -> Any:
             for i, engine_ind in enumerate(result.inds):
                 announce(engine_ind, result.reasons[i])
                 chosen.append(engines[engine_ind])
-            responses = await asyncio.gather(*(qe.aquery_in_graph(query) for qe in chosen))
+            responses = await retrieval.one_bundle_at_once([qe.aquery_in_graph for qe in chosen], query)
             final = await combine(ctx, responses, query) if len(responses) > 1 else responses[0]
         else:
             try:
@@ -171,8 +142,9 @@ def _route_fn(plan: RouterPlan, assign: EngineAssignment) -> Any:
     return route
 
 
-def _combiner(plan: RouterPlan, assign: EngineAssignment) -> Any:
-    summarizer = plan.summarizer
+def combiner(summarizer: SynthesizerPlan, assign: EngineAssignment) -> Any:
+    """``combine_responses`` for several engines' answers, with the summarizer's ``get_response`` lowered (the
+    user's summarizer itself when Ayo does not reproduce it)."""
     if summarizer.mode is None:
         async def combine_stock(ctx: Any, responses: list, query: QueryBundle) -> Any:
             return await acombine_responses(summarizer.obj, responses, query)

@@ -39,7 +39,7 @@ from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
 from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import LLMCall, Opaque, Synthesis, SynthesisHooks, ToolCall
-from ayo_llamaindex import events, synthesis
+from ayo_llamaindex import events, spans, synthesis
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
 from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_llamaindex.llm import LLMBinding
@@ -183,15 +183,16 @@ def _lower_generator(g: Graph, plan: SubQuestionPlan, assign: EngineAssignment) 
     binding, kind = plan.generator_llm, assign.llm_kind(plan.generator_llm)
     prompt = eng.question_gen_prompt(gen)
 
-    async def call(ctx: Any, query: QueryBundle) -> str:
-        # LLMQuestionGenerator.generate's predict, its decode streamed to the sub-answers
-        return await binding.predict(llm_send(ctx, kind), prompt, stream_cb=ctx.stream_cb,
-                                     tools_str=build_tools_text(metadatas), query_str=query.query_str)
+    async def call(ctx: Any, query: QueryBundle) -> list[SubQuestion]:
+        """``LLMQuestionGenerator.generate`` in its own span: its predict (the decode streamed to the
+        sub-answers) and its own output parser (its errors, e.g. ``No valid JSON found in output``)."""
+        with spans.opened(gen, spans.call_names(gen, "generate"), metadatas, query) as box:
+            text = await binding.predict(llm_send(ctx, kind), prompt, stream_cb=ctx.stream_cb,
+                                         tools_str=build_tools_text(metadatas), query_str=query.query_str)
+            box.set(prompt.output_parser.parse(text).parsed_output)
+        return announce(box.value)
 
-    def parse(text: str) -> list[SubQuestion]:
-        return announce(prompt.output_parser.parse(text).parsed_output)  # the generator's own parser
-
-    return LLMCall(lambda query: query, "question_gen", call=call, parse=parse, parts=streaming_parts,
+    return LLMCall(lambda query: query, "question_gen", call=call, parts=streaming_parts,
                    cost=1.0).build(g, "question_gen", {"query": "query"})
 
 

@@ -18,6 +18,16 @@ Modules (each the way its framework's docs build it, at their defaults):
   questions at once with ``aquery`` (stock's async path runs the transform's synchronous
   ``predict``, so each query's hypothetical document blocks the loop: the four decode one after
   another; Ayo's decode concurrently);
+- ``retry_source``: a LlamaIndex ``RetrySourceQueryEngine`` with a ``RelevancyEvaluator`` over a
+  top-k query engine (``max_retries=1``): when the answer fails its evaluation, stock evaluates it
+  against each source node one LLM call after another, Ayo all at once; then both query again
+  over the sources that passed (a ``SummaryIndex`` built with ``Settings.llm``, set to the same LLM);
+- ``tool_router``: a LlamaIndex ``ToolRetrieverRouterQueryEngine`` over an ``ObjectIndex`` of two
+  query engine tools (both retrieved): stock's ``query`` runs the two engines one after another,
+  Ayo at once, then both combine the answers with the engine's ``TreeSummarize``;
+- ``recursive``: a LlamaIndex ``RecursiveRetriever`` whose root index holds two ``IndexNode`` links
+  to per-document query engines (LlamaIndex's recursive-retrieval guide), in a query engine: stock
+  queries the two linked engines one after another, Ayo at once, then both synthesize;
 - ``map``: a LangChain ``prompt | ChatOpenAI | StrOutputParser`` chain's ``.map()`` over four
   questions (stock's ``RunnableEach`` already runs them through ``batch``, a thread each: the
   honest comparison of a module stock does not run one by one).
@@ -159,6 +169,84 @@ def hyde_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
     return together(stock), together(fast), lambda responses: [str(r) for r in responses]
 
 
+def retry_source_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+    from llama_index.core import Document, Settings, VectorStoreIndex
+    from llama_index.core.evaluation import RelevancyEvaluator
+    from llama_index.core.query_engine import RetrySourceQueryEngine
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.openai_like import OpenAILike
+
+    import ayo_llamaindex
+    from ayo_core.models import embedding_model_path
+
+    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed)
+    llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
+                     max_tokens=max_tokens)
+    Settings.llm = llm  # the retry's SummaryIndex engine takes its synthesizer's LLM from Settings
+
+    def build() -> Any:
+        return RetrySourceQueryEngine(index.as_query_engine(llm=llm, similarity_top_k=k),
+                                      RelevancyEvaluator(llm=llm), llm=llm, max_retries=1)
+
+    return build().query, ayo_llamaindex.optimize(build()).query, str
+
+
+def tool_router_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.core.objects import ObjectIndex
+    from llama_index.core.query_engine import ToolRetrieverRouterQueryEngine
+    from llama_index.core.tools import QueryEngineTool
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.openai_like import OpenAILike
+
+    import ayo_llamaindex
+    from ayo_core.models import embedding_model_path
+
+    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+    llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
+                     max_tokens=max_tokens)
+    halves = {"data formats": TEXTS[:3], "standard tools": TEXTS[3:]}
+
+    def build() -> Any:
+        tools = [QueryEngineTool.from_defaults(
+            VectorStoreIndex.from_documents([Document(text=t) for t in texts], embed_model=embed).as_query_engine(
+                llm=llm, similarity_top_k=2), name=name.replace(" ", "_"), description=f"Python docs: {name}")
+                 for name, texts in halves.items()]
+        objects = ObjectIndex.from_objects(tools, index_cls=VectorStoreIndex, embed_model=embed)
+        return ToolRetrieverRouterQueryEngine(objects.as_retriever(similarity_top_k=2), llm=llm)
+
+    return build().query, ayo_llamaindex.optimize(build()).query, str
+
+
+def recursive_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from llama_index.core.retrievers import RecursiveRetriever
+    from llama_index.core.schema import IndexNode
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.openai_like import OpenAILike
+
+    import ayo_llamaindex
+    from ayo_core.models import embedding_model_path
+
+    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+    llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
+                     max_tokens=max_tokens)
+    halves = {"data_formats": TEXTS[:3], "standard_tools": TEXTS[3:]}
+    engines = {name: VectorStoreIndex.from_documents([Document(text=t) for t in texts], embed_model=embed)
+               .as_query_engine(llm=llm, similarity_top_k=2) for name, texts in halves.items()}
+    top = VectorStoreIndex([IndexNode(text=f"Python docs: {name}", index_id=name) for name in halves],
+                           embed_model=embed)
+
+    def build() -> Any:
+        recursive = RecursiveRetriever("root", retriever_dict={"root": top.as_retriever(similarity_top_k=2)},
+                                       query_engine_dict=engines)
+        return RetrieverQueryEngine.from_args(recursive, llm=llm)
+
+    return build().query, ayo_llamaindex.optimize(build()).query, str
+
+
 def timed(call: Callable[[str], Any], question: str) -> tuple[float, Any]:
     start = time.perf_counter()
     out = call(question)
@@ -214,7 +302,8 @@ def map_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
 
 BUILDERS: dict[str, Callable[[str, int, int], Pipeline]] = {
     "compressor": compressor_pipeline, "compressor_pipeline": compressor_pipeline_pipeline, "hyde": hyde_pipeline,
-    "map": map_pipeline}
+    "map": map_pipeline, "retry_source": retry_source_pipeline,
+    "tool_router": tool_router_pipeline, "recursive": recursive_pipeline}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -606,6 +606,18 @@ def span_drop_event(span_id: str, err_str: str) -> Any:
     return SpanDropEvent(span_id=span_id, err_str=err_str)
 
 
+declare("llama_index.core.base.base_retriever.BaseRetriever._aretrieve", framework=CORE, checked=CORE_CHECKED,
+        why="a retriever that keeps the base _aretrieve runs its sync _retrieve under aretrieve(): its spans say so",
+        check=has_attr("llama_index.core.base.base_retriever", "BaseRetriever", "_aretrieve"))
+
+
+def aretrieve_calls_sync_retrieve(retriever: Any) -> bool:
+    """Whether ``retriever``'s class keeps ``BaseRetriever._aretrieve`` (which calls ``self._retrieve``)."""
+    from llama_index.core.base.base_retriever import BaseRetriever
+
+    return type(retriever)._aretrieve is BaseRetriever._aretrieve
+
+
 def is_spanned(fn: Any) -> bool:
     """``fn`` (a class's own attribute) is a concrete method the dispatcher's span decorator wraps."""
     from llama_index_instrumentation.dispatcher import DISPATCHER_SPAN_DECORATED_ATTR

@@ -159,3 +159,98 @@ def hyde_parts(transform: Any) -> dict[str, Any]:
 
 HYDE_MIRRORED = mirrored(_QT, "HyDEQueryTransform", ("run", "_run", "__call__"),
                          why="the transform's predict runs as one decode through Ayo's engine")
+
+# -- RetrySourceQueryEngine ------------------------------------------------------------------------
+
+_RETRY_SOURCE = "llama_index.core.query_engine.retry_source_query_engine"
+
+declare(f"{_RETRY_SOURCE}.RetrySourceQueryEngine._evaluator", framework=CORE, checked=CORE_CHECKED,
+        why="the stand-in's running copy holds an evaluator that runs the per-source evaluations at once",
+        check=assigns(_RETRY_SOURCE, "RetrySourceQueryEngine", "_evaluator"))
+
+
+def retry_source_evaluator(engine: Any) -> Any:
+    return engine._evaluator
+
+
+def set_retry_source_evaluator(engine: Any, evaluator: Any) -> None:
+    """On the stand-in's own copy of the engine: the user's engine keeps its evaluator."""
+    engine._evaluator = evaluator
+
+
+RETRY_SOURCE_MIRRORED = mirrored(
+    _RETRY_SOURCE, "RetrySourceQueryEngine", ("_query", "_aquery"),
+    why="the concurrent per-source evaluations are the ones stock's _query makes, one evaluate per source node, "
+        "after a failed evaluate_response; a subclass that overrides them keeps its own evaluator")
+
+# -- RouterRetriever -------------------------------------------------------------------------------
+
+_ROUTER_RETRIEVER = "llama_index.core.retrievers.router_retriever"
+
+declare(f"{_ROUTER_RETRIEVER}.RouterRetriever._selector/_retrievers/_metadatas", framework=CORE,
+        checked=CORE_CHECKED, why="capture reads the router retriever's selector and candidate retrievers",
+        check=assigns(_ROUTER_RETRIEVER, "RouterRetriever", "_selector", "_retrievers", "_metadatas"))
+
+
+def router_retriever_parts(retriever: Any) -> dict[str, Any]:
+    """The retriever's parts: ``selector``, ``retrievers``, ``metadatas``."""
+    return {"selector": retriever._selector, "retrievers": list(retriever._retrievers),
+            "metadatas": list(retriever._metadatas)}
+
+
+ROUTER_RETRIEVER_MIRRORED = mirrored(
+    _ROUTER_RETRIEVER, "RouterRetriever", ("retrieve", "aretrieve", "_retrieve", "_aretrieve",
+                                           "_handle_recursive_retrieval"),
+    why="the selector's decode goes through Ayo's engine, then the chosen retrievers (lowered) run at once")
+
+# -- ToolRetrieverRouterQueryEngine ------------------------------------------------------------------
+
+declare(f"{_ROUTER}.ToolRetrieverRouterQueryEngine._retriever/_summarizer", framework=CORE, checked=CORE_CHECKED,
+        why="capture reads the engine's tool retriever (an ObjectRetriever) and its summarizer",
+        check=assigns(_ROUTER, "ToolRetrieverRouterQueryEngine", "_retriever", "_summarizer"))
+
+
+def tool_router_parts(engine: Any) -> dict[str, Any]:
+    """The engine's parts: ``retriever`` (of query engine tools), ``summarizer``."""
+    return {"retriever": engine._retriever, "summarizer": engine._summarizer}
+
+
+TOOL_ROUTER_MIRRORED = mirrored(_ROUTER, "ToolRetrieverRouterQueryEngine", ("query", "aquery", "_query", "_aquery"),
+                                why="the engine's control flow (retrieve tools, run their engines, combine) is a graph")
+
+# -- RecursiveRetriever ----------------------------------------------------------------------------
+
+_RECURSIVE = "llama_index.core.retrievers.recursive_retriever"
+
+declare(f"{_RECURSIVE}.RecursiveRetriever._root_id/_retriever_dict/_query_engine_dict/_query_response_tmpl",
+        framework=CORE, checked=CORE_CHECKED,
+        why="capture reads the root retriever; the lowered recursion formats a query engine's answer as stock's",
+        check=assigns(_RECURSIVE, "RecursiveRetriever", "_root_id", "_retriever_dict", "_query_engine_dict",
+                      "_query_response_tmpl"))
+
+
+def recursive_parts(retriever: Any) -> dict[str, Any]:
+    """The retriever's ``root`` (its root retriever) and ``response_tmpl`` (how a query engine's answer
+    becomes a node)."""
+    return {"root": retriever._retriever_dict[retriever._root_id], "root_id": retriever._root_id,
+            "response_tmpl": retriever._query_response_tmpl}
+
+
+declare(f"{_RECURSIVE}.RecursiveRetriever._get_object/_deduplicate_nodes", framework=CORE, checked=CORE_CHECKED,
+        why="the lowered recursion finds each linked object and deduplicates with the retriever's own code",
+        check=has_attr(_RECURSIVE, "RecursiveRetriever", "_get_object", "_deduplicate_nodes"))
+
+
+def recursive_object(retriever: Any, query_id: str) -> Any:
+    """The retriever, query engine or node ``query_id`` links to (the retriever's own lookup and error)."""
+    return retriever._get_object(query_id)
+
+
+def recursive_deduplicate(retriever: Any, nodes: list[Any]) -> list[Any]:
+    return retriever._deduplicate_nodes(nodes)
+
+
+RECURSIVE_MIRRORED = mirrored(_RECURSIVE, "RecursiveRetriever", (
+    "retrieve", "_retrieve", "_retrieve_rec", "_query_retrieved_nodes", "_get_object", "_deduplicate_nodes",
+    "_handle_recursive_retrieval"),
+    why="the recursion runs each level's linked retrievers and query engines at once (stock: one after another)")

@@ -142,6 +142,25 @@ def test_ensemble_retriever(fake_server: Any, vectorstore: Any) -> None:
     assert plain(ayo_langchain.optimize(ens).invoke("json string")) == plain(ens.invoke("json string"))
 
 
+def test_merger_retriever(fake_server: Any, vectorstore: Any) -> None:
+    import asyncio
+
+    from langchain_classic.retrievers import MergerRetriever
+    from lc_helpers import DOCS
+
+    keyword = KeywordRetriever(docs=[Document(page_content=t, metadata={"source": s}) for s, t in DOCS])
+    merger = MergerRetriever(retrievers=[vectorstore.as_retriever(search_kwargs={"k": 3}), keyword])
+    chain = {"context": merger | format_docs, "question": RunnablePassthrough()} | PROMPT | fake_chat(fake_server)
+    fast = ayo_langchain.optimize(chain)
+    check_equivalent(chain, fast, QUESTIONS)
+    alone = ayo_langchain.optimize(merger)
+    assert "Aggregate[MergerRetriever]" in str(alone.explain())
+    assert [m.name for m in alone.explain().opaque] == ["KeywordRetriever"]  # the user's own class
+    for query in ("json string", "join paths"):
+        assert plain(alone.invoke(query)) == plain(merger.invoke(query))
+        assert plain(asyncio.run(alone.ainvoke(query))) == plain(asyncio.run(merger.ainvoke(query)))
+
+
 def test_mmr_retriever_and_async(fake_server: Any, vectorstore: Any) -> None:
     import asyncio
 

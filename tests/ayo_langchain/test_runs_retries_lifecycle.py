@@ -127,8 +127,17 @@ def _chains(fake_server: Any, vectorstore: Any) -> dict[str, tuple[Any, Any]]:
             "completion": (completion, {"context": "c", "question": "hi"}),
             "ensemble": ({"context": _ensemble(vectorstore) | format_docs, "question": RunnablePassthrough()}
                          | PROMPT | llm | StrOutputParser(), "how do I join paths?"),
+            "merger": ({"context": _merger(vectorstore) | format_docs, "question": RunnablePassthrough()}
+                       | PROMPT | llm | StrOutputParser(), "how do I join paths?"),
             "parallel": (parallel, {"context": "c", "question": "hi"}),
             "branch": (branch, {"question": "json?"})}
+
+
+def _merger(vectorstore: Any) -> Any:
+    from langchain_classic.retrievers import MergerRetriever
+
+    return MergerRetriever(retrievers=[vectorstore.as_retriever(search_kwargs={"k": 2}),
+                                       vectorstore.as_retriever(search_type="mmr", search_kwargs={"k": 3})])
 
 
 def _ensemble(vectorstore: Any) -> Any:
@@ -157,7 +166,7 @@ def _record(runnable: Any, x: Any, method: str) -> tuple[Any, Recorder]:
 # ---- callbacks ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["rag", "multiquery", "ensemble", "parallel", "branch", "completion"])
+@pytest.mark.parametrize("name", ["rag", "multiquery", "ensemble", "merger", "parallel", "branch", "completion"])
 @pytest.mark.parametrize("method", ["invoke", "ainvoke"])
 def test_leaf_callbacks_match_stock(fake_server: Any, vectorstore: Any, name: str, method: str) -> None:
     chain, x = _chains(fake_server, vectorstore)[name]

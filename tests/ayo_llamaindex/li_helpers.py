@@ -4,6 +4,7 @@ them too): a deterministic fake LLM, a tiny corpus and the stock-vs-optimized co
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any
 
@@ -24,11 +25,16 @@ TEXTS = [
 QUESTIONS = ["How do I turn Python objects into JSON?", "How can a list stay sorted?"]
 
 
+SELECT = "Using only the choices above and not prior knowledge, return"
+SUB_QUESTIONS = "# Example 2\n<Tools>\n```json\n"
+
+
 class FakeLLM(CustomLLM):
     """Deterministic, fast, offline: answers depend only on the prompt.
 
     Query-generation prompts get several lines of queries; choice-select prompts get
-    'Doc: i, Relevance: r' lines; anything else a short digest of the prompt.
+    'Doc: i, Relevance: r' lines; selector prompts a JSON list of choices (the first, or the first two);
+    sub-question prompts one JSON sub-question per tool; anything else a short digest of the prompt.
     """
 
     context_window: int = 3900
@@ -45,6 +51,13 @@ class FakeLLM(CustomLLM):
         digest = hashlib.sha1(prompt.encode()).hexdigest()[:8]
         if "search queries" in prompt:
             return f"```\nfirst query {digest}\n\nsecond query about sorting\nthird {digest[:3]}\n```"
+        if SELECT in prompt:  # LLMSingleSelector / LLMMultiSelector: a JSON list of choices
+            picks = [1, 2] if "return the top choices" in prompt else [1]
+            return json.dumps([{"choice": c, "reason": f"choice {c} fits {digest}"} for c in picks])
+        if SUB_QUESTIONS in prompt:  # LLMQuestionGenerator: one sub-question per tool, as its parser reads them
+            tools = json.loads(prompt.split(SUB_QUESTIONS, 1)[1].split("\n```", 1)[0])
+            items = [{"sub_question": f"What does {name} say ({digest[:4]})?", "tool_name": name} for name in tools]
+            return "```json\n" + json.dumps({"items": items}) + "\n```"
         if "Document 1" in prompt or "Doc:" in prompt:
             n = len(re.findall(r"Document \d+:", prompt))
             return "\n".join(f"Doc: {i}, Relevance: {(i * 7 + int(digest[0], 16)) % 10}" for i in range(1, n + 1))

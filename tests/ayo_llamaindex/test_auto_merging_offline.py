@@ -1,5 +1,5 @@
 """Offline: ``AutoMergingRetriever`` (hierarchical nodes, as LlamaIndex's guide builds it) lowered: its vector
-retriever on Ayo's embedding engine, then its own merging; the same nodes, answers and events as stock."""
+retriever on Ayo's embedding engine, then its own merging; the same nodes, answers, events and spans as stock."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from llama_index.core.retrievers import AutoMergingRetriever
 
 import ayo_llamaindex
 from tests.ayo_llamaindex.li_helpers import TEXTS, FakeLLM, assert_same
+from tests.ayo_llamaindex.test_spans import server, span_tree, traced  # noqa: F401 - fixtures and the recorder
 
 QUESTIONS = ["How do I turn Python objects into JSON?", "How can a list stay sorted?", "What reads csv files?"]
 
@@ -68,3 +69,15 @@ def test_events_as_stock(hierarchy: Any) -> None:
         return out
 
     assert pairs(True) == pairs(False)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_span_tree_as_stock(server: Any, traced: Any, hierarchy: Any, use_async: bool) -> None:  # noqa: F811
+    # its vector retriever's spans inside its own retrieve > _retrieve, on the sync path (under aquery too:
+    # it keeps the base _aretrieve, which calls _retrieve, which calls the vector retriever's retrieve())
+    def run(qe: Any) -> Any:
+        return lambda: asyncio.run(qe.aquery(QUESTIONS[0])) if use_async else qe.query(QUESTIONS[0])
+
+    want = span_tree(run(engine(hierarchy)))
+    assert any("AutoMergingRetriever._retrieve/VectorIndexRetriever.retrieve" in path for path in want)
+    assert span_tree(run(ayo_llamaindex.optimize(engine(hierarchy)))) == want

@@ -12,9 +12,10 @@ import logging
 from typing import Any
 
 import pytest
-from llama_index.core.query_engine import RouterQueryEngine
+from llama_index.core.query_engine import RetrieverQueryEngine, RouterQueryEngine
+from llama_index.core.retrievers import RouterRetriever
 from llama_index.core.selectors import LLMMultiSelector, LLMSingleSelector
-from llama_index.core.tools import QueryEngineTool
+from llama_index.core.tools import QueryEngineTool, RetrieverTool
 
 import ayo_llamaindex
 from ayo_llamaindex.query_engine import OptimizedQueryEngine
@@ -122,3 +123,26 @@ def test_pydantic_selector_on_a_tool_calling_server(tools: list[QueryEngineTool]
                                             selector=PydanticSingleSelector.from_defaults(llm=calling))
     fast = ayo_llamaindex.optimize(stock)
     assert outcome(fast, QUESTIONS[0]) == outcome(stock, QUESTIONS[0])
+
+
+def test_router_retriever_multi_selection_matches_stock(llm_url: str, tools: list[QueryEngineTool]) -> None:
+    """A ``RouterRetriever`` over the tools' retrievers in a query engine (64-token answers): the selector's
+    structured decode through Ayo's engine, the chosen retrievers at once; answers and sources as stock's."""
+    def engine() -> RetrieverQueryEngine:
+        retriever_tools = [RetrieverTool.from_defaults(t.query_engine.retriever, name=t.metadata.name,
+                                                       description=t.metadata.description) for t in tools]
+        selector = LLMMultiSelector.from_defaults(llm=make_llm(llm_url, 128, selection_schema(len(tools), 2)),
+                                                  max_outputs=2)
+        router = RouterRetriever(selector=selector, retriever_tools=retriever_tools, llm=make_llm(llm_url, 64))
+        return RetrieverQueryEngine.from_args(router, llm=make_llm(llm_url, 64))
+
+    def answer(qe: Any, question: str, use_aquery: bool) -> tuple:
+        response = asyncio.run(qe.aquery(question)) if use_aquery else qe.query(question)
+        return str(response), [(n.node.node_id, round(n.score, 5)) for n in response.source_nodes]
+
+    stock, fast = engine(), ayo_llamaindex.optimize(engine())
+    assert "Selection+Retrieval" in str(fast.explain()) and not fast.explain().opaque
+    for question, use_aquery in ((QUESTIONS[0], False), (QUESTIONS[2], True)):
+        want = answer(stock, question, use_aquery)
+        assert len(want[0].split()) > 20  # a 64-token answer, not a trivial match
+        assert answer(fast, question, use_aquery) == want, question
