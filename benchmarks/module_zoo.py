@@ -169,20 +169,27 @@ def hyde_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
     return together(stock), together(fast), lambda responses: [str(r) for r in responses]
 
 
+def _li_models(url: str, max_tokens: int) -> tuple[Any, Any]:
+    """The embedding model (stock HuggingFace on CPU) and the LLM (``OpenAILike`` on ``url``) a LlamaIndex module uses."""
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.openai_like import OpenAILike
+
+    from ayo_core.models import embedding_model_path
+
+    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+    return embed, OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
+                             max_tokens=max_tokens)
+
+
 def retry_source_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
     from llama_index.core import Document, Settings, VectorStoreIndex
     from llama_index.core.evaluation import RelevancyEvaluator
     from llama_index.core.query_engine import RetrySourceQueryEngine
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-    from llama_index.llms.openai_like import OpenAILike
 
     import ayo_llamaindex
-    from ayo_core.models import embedding_model_path
 
-    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+    embed, llm = _li_models(url, max_tokens)
     index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed)
-    llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
-                     max_tokens=max_tokens)
     Settings.llm = llm  # the retry's SummaryIndex engine takes its synthesizer's LLM from Settings
 
     def build() -> Any:
@@ -197,15 +204,10 @@ def tool_router_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
     from llama_index.core.objects import ObjectIndex
     from llama_index.core.query_engine import ToolRetrieverRouterQueryEngine
     from llama_index.core.tools import QueryEngineTool
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-    from llama_index.llms.openai_like import OpenAILike
 
     import ayo_llamaindex
-    from ayo_core.models import embedding_model_path
 
-    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
-    llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
-                     max_tokens=max_tokens)
+    embed, llm = _li_models(url, max_tokens)
     halves = {"data formats": TEXTS[:3], "standard tools": TEXTS[3:]}
 
     def build() -> Any:
@@ -224,15 +226,10 @@ def recursive_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
     from llama_index.core.query_engine import RetrieverQueryEngine
     from llama_index.core.retrievers import RecursiveRetriever
     from llama_index.core.schema import IndexNode
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-    from llama_index.llms.openai_like import OpenAILike
 
     import ayo_llamaindex
-    from ayo_core.models import embedding_model_path
 
-    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
-    llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
-                     max_tokens=max_tokens)
+    embed, llm = _li_models(url, max_tokens)
     halves = {"data_formats": TEXTS[:3], "standard_tools": TEXTS[3:]}
     engines = {name: VectorStoreIndex.from_documents([Document(text=t) for t in texts], embed_model=embed)
                .as_query_engine(llm=llm, similarity_top_k=2) for name, texts in halves.items()}
