@@ -20,6 +20,7 @@ from llama_index.vector_stores.chroma import ChromaVectorStore
 
 import ayo_llamaindex
 from tests.ayo_llamaindex.conftest import QUESTIONS, FakeLLM, assert_same
+from tests.ayo_llamaindex.test_spans import server, span_tree, traced  # noqa: F401 - fixtures and the recorder
 
 
 def make_answer(embed_model: Any, store: str = "simple", chroma_path: str = "", fusion: bool = False) -> Any:
@@ -149,3 +150,13 @@ def test_constructor_and_insert_are_deferred_too(embed_model, documents) -> None
     text = fast.explain()
     assert "indexing (build)" in text and "indexing (insert)" in text
     assert "ingest3.add" in text  # one build + three inserts, landing in order
+
+
+@pytest.mark.xfail(strict=True, reason="known difference (docs/observability.md): a doc-QA call's query runs without "
+                   "the engine's query > _query spans, and its deferred indexing embeds without the "
+                   "get_text_embedding_batch span; remove this mark when they are opened")
+def test_docqa_span_tree_is_stocks(server: Any, traced: Any, embed_model: Any, documents: Any) -> None:  # noqa: F811
+    answer = make_answer(embed_model)
+    want = span_tree(lambda: answer(QUESTIONS[0], documents))
+    fast = ayo_llamaindex.optimize(make_answer(embed_model))
+    assert span_tree(lambda: fast(QUESTIONS[0], documents)) == want
