@@ -382,10 +382,11 @@ class RouterRetrieval(Retrieval):
             self.nested = _Event(retriever.callback_manager, CBEventType.RETRIEVE,
                                  {EventPayload.QUERY_STR: query.query_str})
 
-    def end_with(self, found: dict[str, Any]) -> list[Any]:
-        """Ended with ``found`` (node id -> node, in stock's order), after the retriever's recursive retrieval."""
+    def end_with(self, found: dict[str, Any], nodes: list[Any]) -> list[Any]:
+        """Ended: the nested event with ``found`` (node id -> node, in stock's order), then ``retrieve``'s
+        with ``nodes`` (``found`` after the retriever's recursive retrieval)."""
         self.nested.end({EventPayload.NODES: found.values()})
-        return self.end(shim.handle_recursive_retrieval(self.retriever, self.query, list(found.values())))
+        return self.end(nodes)
 
     def fail(self, exc: BaseException) -> None:
         self.nested.fail(exc)  # the inner event takes the error; the outer one then ends without it, as stock's

@@ -186,7 +186,8 @@ async def router_retrieve(plan: RetrieverPlan, assign: EngineAssignment, ctx: An
             except ValueError as e:
                 raise ValueError("Failed to select retriever") from e
             per_retriever = [await chosen(query)]
-        return event.end_with({n.node.node_id: n for nodes in per_retriever for n in nodes})
+        found = {n.node.node_id: n for nodes in per_retriever for n in nodes}
+        return event.end_with(found, shim.handle_recursive_retrieval(plan.obj, query, list(found.values())))
 
 
 async def _retrieve_with_subs(plan: RetrieverPlan, assign: EngineAssignment, ctx: Any,

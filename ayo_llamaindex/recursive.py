@@ -39,17 +39,16 @@ async def recursive_retrieve(retriever: Any, query: QueryBundle, root: RetrieveF
     token = CALLER_LOOP.set(None)  # this node's own context: below _retrieve everything is sync in stock
     try:
         with event.inside(), event.failing():
-            nodes = await _retrieve_rec(retriever, query, None, None, root)
+            nodes = await _retrieve_rec(retriever, eng.recursive_parts(retriever), query, None, None, root)
             nodes = shim.handle_recursive_retrieval(retriever, query, nodes)
     finally:
         CALLER_LOOP.reset(token)
     return event.end(nodes)
 
 
-async def _retrieve_rec(retriever: Any, query: QueryBundle, query_id: str | None, similarity: float | None,
-                        root: RetrieveFn) -> list[NodeWithScore]:
+async def _retrieve_rec(retriever: Any, parts: dict[str, Any], query: QueryBundle, query_id: str | None,
+                        similarity: float | None, root: RetrieveFn) -> list[NodeWithScore]:
     """Stock's ``_retrieve_rec`` (the nodes it adds; the additional nodes only ``retrieve_all`` reads)."""
-    parts = eng.recursive_parts(retriever)
     query_id = query_id or parts["root_id"]
     similarity = similarity or 1.0
     obj = eng.recursive_object(retriever, query_id)
@@ -59,7 +58,7 @@ async def _retrieve_rec(retriever: Any, query: QueryBundle, query_id: str | None
         with events.retrieve_callback_event(retriever.callback_manager, query) as end:
             nodes = await (root(query) if query_id == parts["root_id"] else asyncio.to_thread(obj.retrieve, query))
             end(nodes)
-        return await _query_retrieved_nodes(retriever, query, nodes, root)
+        return await _query_retrieved_nodes(retriever, parts, query, nodes, root)
     if isinstance(obj, BaseQueryEngine):
         response = await asyncio.to_thread(obj.query, query)
         text = parts["response_tmpl"].format(query_str=query.query_str, response=str(response))
@@ -67,8 +66,8 @@ async def _retrieve_rec(retriever: Any, query: QueryBundle, query_id: str | None
     raise ValueError("Must be a retriever or query engine.")
 
 
-async def _query_retrieved_nodes(retriever: Any, query: QueryBundle, nodes: list[NodeWithScore],
-                                 root: RetrieveFn) -> list[NodeWithScore]:
+async def _query_retrieved_nodes(retriever: Any, parts: dict[str, Any], query: QueryBundle,
+                                 nodes: list[NodeWithScore], root: RetrieveFn) -> list[NodeWithScore]:
     """Stock's ``_query_retrieved_nodes``, its links followed at once."""
     seen: set[str] = set()
     kept = []
@@ -81,7 +80,7 @@ async def _query_retrieved_nodes(retriever: Any, query: QueryBundle, nodes: list
 
     async def follow(node: NodeWithScore) -> list[NodeWithScore]:
         if isinstance(node.node, IndexNode):
-            return await _retrieve_rec(retriever, query, node.node.index_id, node.score, root)
+            return await _retrieve_rec(retriever, parts, query, node.node.index_id, node.score, root)
         assert isinstance(node.node, TextNode)  # noqa: S101 - stock's check, its AssertionError
         return [node]
 
