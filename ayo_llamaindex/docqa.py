@@ -41,7 +41,7 @@ from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_core.runtime.execute import is_async_callable
 from ayo_core.templates import Indexing, IndexingHooks
-from ayo_llamaindex import events, ingest
+from ayo_llamaindex import events, ingest, spans
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex.capture import binding_label, capture_query_engine, describe
 from ayo_llamaindex.runtime import LOOP, assign_engines, embed_send, runtime_for
@@ -180,12 +180,18 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
     graph, plan, assign = build_call_graph(state, query_engine)
     state.graph = graph
     rt = runtime_for(assign, state.owner._policy)
-    with events.query_event(query_engine, bundle, lowered=plan.kind != "opaque") as event:
+    lowered = plan.kind != "opaque"
+    # the engine's ``_query`` span(s), as its query() opens them; an opaque node runs the stock ``_query``,
+    # which opens its own
+    inner = spans.sync_or_async("_query")
+    inner_spans = [inner] * (spans.spanned_levels(query_engine, inner) if lowered else 0)
+    with spans.opened(query_engine, inner_spans, bundle) as box, \
+            events.query_event(query_engine, bundle, lowered=lowered) as event:
         try:
             value, trace = await rt.run(graph.for_query(f"doc{next(_ids)}"), {"query": bundle})
         except Exception as exc:
             raise unwrap_node_failure(exc) from None
-        event.on_end(payload={EventPayload.RESPONSE: value})
+        event.on_end(payload={EventPayload.RESPONSE: box.set(value)})
     state.trace = trace
     state.owner.last_trace = trace
     return value
@@ -256,9 +262,10 @@ def _query(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     if hit is None:
         return wrapped(*args, **kwargs)
     state, query = hit
-    call = events.QueryCall(instance, query)  # the stock query()'s events, which this hook replaces
-    with call.span() as done:
-        return done(LOOP.run_sync(run_call_query(state, instance, query)))
+    # the stock query()'s span and events, which this hook replaces
+    with spans.opened(instance, ["query"] * spans.levels(instance, "query"), query) as box, \
+            events.QueryCall(instance, query).span() as done:
+        return box.set(done(LOOP.run_sync(run_call_query(state, instance, query))))
 
 
 def _aquery(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -268,6 +275,6 @@ def _aquery(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 
 async def _arun_call_query(state: CallState, query_engine: Any, query: Any) -> Any:
     # the loop is the one awaiting this coroutine (``asyncio.run(qe.aquery(q))`` creates it first)
-    call = events.QueryCall(query_engine, query)
-    with call.span() as done:
-        return done(await LOOP.arun(run_call_query(state, query_engine, query, asyncio.get_running_loop())))
+    with spans.opened(query_engine, ["aquery"] * spans.levels(query_engine, "aquery"), query) as box, \
+            events.QueryCall(query_engine, query).span() as done:
+        return box.set(done(await LOOP.arun(run_call_query(state, query_engine, query, asyncio.get_running_loop()))))

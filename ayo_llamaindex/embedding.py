@@ -115,16 +115,19 @@ class EmbedBinding:
         vectors = await asyncio.gather(*(send([q], kind="query", batch_size=self.batch_size) for q in unique))
         return {q: v[0] for q, v in zip(unique, vectors, strict=True)}
 
-    async def text_embeddings(self, send: EmbedSend | None, texts: list[str]) -> list[list[float]]:
-        """``embed_model.get_text_embedding_batch(texts)``."""
-        if not texts:
-            return []
+    async def text_embeddings(self, send: EmbedSend | None, texts: list[str],
+                              show_progress: bool = False) -> list[list[float]]:
+        """``embed_model.get_text_embedding_batch(texts, show_progress=...)``: its span(s) and events."""
         if not self.recognized or send is None:
-            return await asyncio.to_thread(self.model.get_text_embedding_batch, texts)
-        # stock's flushes of embed_batch_size texts, each encoded in stock's shape
-        n = self.batch_size
-        parts = await asyncio.gather(*(self._embed(send, texts[i: i + n], "text") for i in range(0, len(texts), n)))
-        return [v for part in parts for v in part]
+            return await asyncio.to_thread(self.model.get_text_embedding_batch, texts, show_progress=show_progress)
+        name = "get_text_embedding_batch"
+        with spans.opened(self.model, [name] * spans.levels(self.model, name), texts,
+                          show_progress=show_progress) as box:
+            # stock's flushes of embed_batch_size texts, each encoded in stock's shape
+            n = self.batch_size
+            parts = await asyncio.gather(*(self._embed(send, texts[i: i + n], "text")
+                                           for i in range(0, len(texts), n)))
+            return box.set([v for part in parts for v in part])
 
     async def _embed(self, send: EmbedSend, texts: list[str], kind: str,
                      ready: list[float] | None = None) -> list[list[float]]:

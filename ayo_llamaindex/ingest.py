@@ -76,6 +76,9 @@ class PendingIngest:
         self.error: BaseException | None = None
         self._vectors: asyncio.Future | None = None
         self._added: asyncio.Future | None = None
+        # the span stock's embedding would open under: the one active where the index was built
+        self._span_parent = shim.active_span_id().get()
+        self._span_tags = shim.active_instrument_tags().get()
 
     def __repr__(self) -> str:
         return f"PendingIngest({len(self.nodes)} nodes -> {type(self.store).__name__})"
@@ -83,9 +86,19 @@ class PendingIngest:
     # -- the two stages, each run once (graph node, barrier, or call exit: whoever comes first) --
     async def vectors(self, send: Any) -> list[list[float]]:
         if self._vectors is None:
-            texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in self.nodes if n.embedding is None]
-            self._vectors = asyncio.ensure_future(self.embed.text_embeddings(send, texts))
+            self._vectors = asyncio.ensure_future(self._embed_nodes(send))
         return await asyncio.shield(self._vectors)
+
+    async def _embed_nodes(self, send: Any) -> list[list[float]]:
+        """Stock's ``embed_nodes`` for each insert batch (one ``get_text_embedding_batch`` call and span
+        each), all batches at once, under the span that was active when the index was written."""
+        shim.active_span_id().set(self._span_parent)  # this task's own context
+        shim.active_instrument_tags().set(self._span_tags)
+        show_progress = bool(getattr(self.index, "_show_progress", False))
+        batches = [[n.get_content(metadata_mode=MetadataMode.EMBED) for n in batch if n.embedding is None]
+                   for batch in iter_batch(self.nodes, shim.index_insert_batch_size(self.index))]
+        parts = await asyncio.gather(*(self.embed.text_embeddings(send, texts, show_progress) for texts in batches))
+        return [v for part in parts for v in part]
 
     async def add(self, vectors: list[list[float]], send: Any = None) -> int:
         if self._added is None:

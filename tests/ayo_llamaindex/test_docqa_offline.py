@@ -152,11 +152,23 @@ def test_constructor_and_insert_are_deferred_too(embed_model, documents) -> None
     assert "ingest3.add" in text  # one build + three inserts, landing in order
 
 
-@pytest.mark.xfail(strict=True, reason="known difference (docs/observability.md): a doc-QA call's query runs without "
-                   "the engine's query > _query spans, and its deferred indexing embeds without the "
-                   "get_text_embedding_batch span; remove this mark when they are opened")
 def test_docqa_span_tree_is_stocks(server: Any, traced: Any, embed_model: Any, documents: Any) -> None:  # noqa: F811
     answer = make_answer(embed_model)
     want = span_tree(lambda: answer(QUESTIONS[0], documents))
     fast = ayo_llamaindex.optimize(make_answer(embed_model))
     assert span_tree(lambda: fast(QUESTIONS[0], documents)) == want
+
+
+def test_async_docqa_span_tree_is_stocks(server: Any, traced: Any, embed_model: Any, documents: Any) -> None:  # noqa: F811
+    """Through ``aquery``: the engine's aquery > _aquery spans, the deferred indexing's embedding span."""
+    def make() -> Any:
+        async def answer(question: str, docs: list[Document]) -> Any:
+            index = VectorStoreIndex.from_documents(docs, embed_model=embed_model, insert_batch_size=3)
+            return await index.as_query_engine(llm=FakeLLM(), similarity_top_k=2).aquery(question)
+        return answer
+
+    want = span_tree(lambda: asyncio.run(make()(QUESTIONS[0], documents)))
+    fast = ayo_llamaindex.optimize(make())
+    assert span_tree(lambda: asyncio.run(fast(QUESTIONS[0], documents))) == want
+    assert sum(n for path, n in want.items() if path.endswith("get_text_embedding_batch ['EmbeddingEndEvent', "
+                                                               "'EmbeddingStartEvent']")) > 1  # one per insert batch

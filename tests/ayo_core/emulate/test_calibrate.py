@@ -1,0 +1,42 @@
+"""``ayo emulate calibrate``'s fit (pure: synthetic measurements in, a loadable profile out) and its
+prompts (no two measurements share a cacheable prefix)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ayo_core.emulate import calibrate
+from ayo_core.emulate.profile import load_profile
+
+
+def _measurements() -> dict:
+    # a machine whose step costs 50 ms + 4 ms per extra sequence, 1e-5 s per context token, and whose
+    # prefill costs 2 ms per token after a 5 ms request overhead
+    batch = {b: 0.050 + 0.004 * (b - 1) for b in calibrate.BATCHES}
+    context = {n: (0.005 + 0.050 + 0.002 * n, 0.050 + 1e-5 * n) for n in (30, 250, 500, 1000, 1500)}
+    return {"batch": batch, "context": context, "kv_tokens": 40000, "block": 32}
+
+
+def test_fit_recovers_the_machines_constants_and_cites_its_points(tmp_path: Path) -> None:
+    embed = {1: 0.012, 8: 0.040, 32: 0.136}  # 8 ms + 4 ms per text
+    profile = calibrate.fit(_measurements(), embed, "Test CPU (2 cores), 2026-12-05", 3)
+    llm = {k: v["value"] for k, v in profile["llm"].items()}
+    assert abs(llm["step_base"] - 0.050) < 1e-9 and abs(llm["per_sequence"] - 0.004) < 1e-9
+    assert abs(llm["per_context_token"] - 1e-5) < 1e-12 and abs(llm["per_prefill_token"] - 0.002) < 1e-9
+    assert abs(llm["fixed"] - 0.005) < 1e-9
+    assert abs(profile["embed"]["per_text_s"]["value"] - 0.004) < 1e-9
+    assert "Test CPU" in profile["llm"]["per_prefill_token"]["source"]
+    assert "1500: 3055.0 ms" in profile["llm"]["per_prefill_token"]["source"]  # the points it was fitted to
+    path = tmp_path / "cpu-local-test.json"
+    path.write_text(json.dumps(profile))
+    loaded = load_profile(path)
+    assert abs(loaded.llm_alone_s(1000, 0, 1) - (0.005 + 0.050 + 0.002 * 1000)) < 1e-9
+
+
+def test_each_context_points_prompts_have_a_prefix_of_their_own() -> None:
+    """Without /reset_prefix_cache (vLLM serves it only in dev mode), a longer prompt that began with a
+    shorter one's words would read that one's cached blocks and time a shorter prefill."""
+    firsts = [calibrate._prompt(max(1, n // 8), calibrate._context_salt(i, r)).split()[0]
+              for i, n in enumerate(calibrate.CONTEXTS) for r in range(5)]
+    assert len(set(firsts)) == len(firsts)
