@@ -110,6 +110,21 @@ async def _by_context(client: httpx.AsyncClient, base: str, root: str, model: st
     return out
 
 
+def _prefill_fit(points: dict[int, float]) -> tuple[float, float, float]:
+    """Time to first token of a fresh prompt of ``n`` tokens as ``t0 + per_token * n + per_pair * n * n / 2``
+    (attention reads ``n * n / 2`` pairs): least squares; a linear fit where the curve bends the other way."""
+    import numpy as np
+
+    ns = np.array(list(points), dtype=float)
+    ys = np.array(list(points.values()), dtype=float)
+    (t0, per_token, per_pair), *_ = np.linalg.lstsq(np.stack([np.ones_like(ns), ns, ns * ns / 2], axis=1), ys,
+                                                    rcond=None)
+    if per_pair < 0:
+        t0, per_token = _line(points)
+        per_pair = 0.0
+    return float(t0), float(per_token), float(per_pair)
+
+
 def _line(points: dict[float, float]) -> tuple[float, float]:
     """Least-squares intercept and slope."""
     xs, ys = list(points), list(points.values())
@@ -168,7 +183,7 @@ def fit(m: dict[str, Any], embed: dict[int, float], where: str, repeats: int) ->
     """The cpu-local profile from the measurements, each constant citing its points."""
     base, per_seq = _line({b - 1: s for b, s in m["batch"].items()})
     ctx0, per_ctx = _line({n: gap for n, (_, gap) in m["context"].items()})
-    ttft0, per_prefill = _line({n: ttft for n, (ttft, _) in m["context"].items()})
+    ttft0, per_prefill, per_pair = _prefill_fit({n: ttft for n, (ttft, _) in m["context"].items()})
     e0, per_text = _line(embed)
     how = f"measured by `ayo emulate calibrate` on {where}, medians of {repeats} runs"
     pts = lambda d: ", ".join(f"{k}: {v * 1000:.1f} ms" for k, v in d.items())  # noqa: E731
@@ -178,7 +193,10 @@ def fit(m: dict[str, Any], embed: dict[int, float], where: str, repeats: int) ->
         "per_context_token": {"value": max(0.0, per_ctx), "source": f"{how}: decode gap at batch 1 against prompt "
                                                                     f"tokens, slope ({pts({n: g for n, (_, g) in m['context'].items()})})"},
         "per_prefill_token": {"value": max(0.0, per_prefill), "source": f"{how}: time to first token against prompt "
-                                                                       f"tokens, slope ({pts({n: t for n, (t, _) in m['context'].items()})})"},
+                                                                       f"tokens n, fitted as a + b n + c n^2/2: b "
+                                                                       f"({pts({n: t for n, (t, _) in m['context'].items()})})"},
+        "per_prefill_pair": {"value": per_pair, "source": f"{how}: the same fit, c (the attention pairs a fresh "
+                                                          f"prompt's prefill reads, n^2/2)"},
         "fixed": {"value": max(0.0, ttft0 - base), "source": f"{how}: time to first token's intercept minus one step"},
         "token_roofline_s": {"value": 0.0, "source": "a CPU step grows with its batch from the first sequence on: "
                                                      "per_sequence holds it, no separate compute-bound regime"},

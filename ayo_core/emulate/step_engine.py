@@ -42,7 +42,9 @@ class StepModel:
     tokens)`` (a step is bound by reading the weights once until its batch of ``tokens`` = decoding
     sequences + prefill tokens makes it compute-bound) + ``per_context_token`` for every token of KV
     the step reads (each decoding sequence's prompt and output so far) + ``per_prefill_token`` for
-    each prompt token prefilled in it (at most ``prefill_chunk`` per step). ``fixed`` is paid once per
+    each prompt token prefilled in it (at most ``prefill_chunk`` per step) + ``per_prefill_pair`` for
+    each (query, key) pair the prefill's attention reads (a chunk of ``p`` tokens after ``c`` already in
+    the KV cache: ``p * (c + p / 2)``; 0 where attention is left in the linear term). ``fixed`` is paid once per
     request before it reaches the engine (HTTP, tokenization). Capacity: ``kv_tokens`` of KV cache,
     ``max_seqs`` running sequences.
     """
@@ -56,11 +58,13 @@ class StepModel:
     kv_tokens: int = 100_000
     max_seqs: int = 256
     token_roofline_s: float = 0.0
+    per_prefill_pair: float = 0.0
 
-    def step(self, decoding: int, context: int, prefill: int) -> float:
+    def step(self, decoding: int, context: int, prefill: int, prefill_pairs: float = 0.0) -> float:
         weights = max(self.step_base + self.per_sequence * max(0, decoding - 1),
                       self.token_roofline_s * (decoding + prefill))
-        return weights + self.per_context_token * context + self.per_prefill_token * prefill
+        return (weights + self.per_context_token * context + self.per_prefill_token * prefill
+                + self.per_prefill_pair * prefill_pairs)
 
     def alone_s(self, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> float:
         """Seconds one request takes on an idle engine: its zero-load service time."""
@@ -68,11 +72,16 @@ class StepModel:
         seconds, ctx = self.fixed, prompt_tokens
         while todo > 0:  # the step that ends the prefill samples the first token
             chunk = min(todo, self.prefill_chunk)
-            seconds += self.step(0, 0, chunk)
+            seconds += self.step(0, 0, chunk, attention_pairs(prompt_tokens - todo, chunk))
             todo -= chunk
         for k in range(1, completion_tokens):
             seconds += self.step(1, ctx + k, 0)
         return seconds
+
+
+def attention_pairs(before: int, chunk: int) -> float:
+    """(query, key) pairs a prefill chunk of ``chunk`` tokens attends, ``before`` tokens already cached."""
+    return chunk * (before + chunk / 2)
 
 
 @dataclass
@@ -161,10 +170,10 @@ class StepEngine:
             self._admit()
             if not self._running:
                 return
-            prefilled, prefill = self._plan_prefill()
+            prefilled, prefill, pairs = self._plan_prefill()
             decoding = [s for s in self._running if s.decoding]
             context = sum(len(s.ids) + s.emitted for s in decoding)
-            seconds = self.model.step(len(decoding), context, prefill)
+            seconds = self.model.step(len(decoding), context, prefill, pairs)
             # Absolute deadlines: a late wake-up shortens the next sleep instead of adding up.
             self._deadline = max(self._deadline + seconds, loop.time() - seconds)
             await asyncio.sleep(max(0.0, self._deadline - loop.time()))
@@ -194,19 +203,21 @@ class StepEngine:
             self._kv_used += s.reserve
             self._running.append(s)
 
-    def _plan_prefill(self) -> tuple[list[_Sequence], int]:
-        """This step's prefill chunk, in admission order: the sequences it completes, and its tokens."""
-        budget, tokens, completed = self.model.prefill_chunk, 0, []
+    def _plan_prefill(self) -> tuple[list[_Sequence], int, float]:
+        """This step's prefill chunk, in admission order: the sequences it completes, its tokens, and the
+        attention pairs they read."""
+        budget, tokens, pairs, completed = self.model.prefill_chunk, 0, 0.0, []
         for s in self._running:
             if s.decoding or not s.prefill_left or not budget:
                 continue
             take = min(budget, s.prefill_left)
+            pairs += attention_pairs(len(s.ids) - s.prefill_left, take)
             s.prefill_left -= take
             budget -= take
             tokens += take
             if not s.prefill_left:
                 completed.append(s)
-        return completed, tokens
+        return completed, tokens, pairs
 
     def _emit(self, s: _Sequence) -> None:
         if s.fut.done():

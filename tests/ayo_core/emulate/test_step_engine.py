@@ -109,3 +109,15 @@ def test_real_time_pacing_follows_the_model():
 
     took = asyncio.run(main())
     assert took >= 0.2 * 0.95 and took < 0.2 + 1.0
+
+
+def test_prefill_attention_pairs_count_the_cached_prefix() -> None:
+    """A chunk after a cached prefix attends to it too: p * (c + p / 2) pairs, charged per_prefill_pair."""
+    from ayo_core.emulate.step_engine import attention_pairs
+
+    model = StepModel(fixed=0.0, step_base=0.0, per_prefill_token=0.0, per_prefill_pair=1e-6, prefill_chunk=512)
+    assert attention_pairs(0, 100) == 5000 and attention_pairs(300, 100) == 35000
+    fresh, cached = model.alone_s(1000, 0, 1), model.alone_s(1000, 512, 1)
+    # chunks 512 + 488 fresh; 488 after a 512-token hit: the hit saves the first chunk's pairs only
+    assert abs(fresh - 1e-6 * (attention_pairs(0, 512) + attention_pairs(512, 488))) < 1e-9
+    assert abs(cached - 1e-6 * attention_pairs(512, 488)) < 1e-9
