@@ -133,21 +133,34 @@ def _line(points: dict[float, float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def _embedding_costs(model_path: str, repeats: int) -> dict[int, float]:
+SHORT_TEXT, LONG_TEXT = " ".join(["calibration"] * 55), " ".join(["calibration"] * 110)
+
+
+def emulated_tokens(texts: list[str]) -> int:
+    """The token count the emulator's embedding device charges (``server.py``: characters / 4 + 1)."""
+    return sum(len(t) // 4 + 1 for t in texts)
+
+
+def _embedding_costs(model_path: str, repeats: int) -> tuple[dict[int, float], tuple[int, int, float]]:
+    """Seconds to encode 1/8/32 short texts (~60 tokens each), and (the short 8's emulated tokens, 8 long
+    texts' emulated tokens, their seconds): the per-token cost."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(model_path, device="cpu")
-    text = " ".join(["calibration"] * 55)
-    model.encode([text])  # load and warm
-    out = {}
-    for n in (1, 8, 32):
+    model.encode([SHORT_TEXT])  # load and warm
+
+    def timed(texts: list[str]) -> float:
         runs = []
         for _ in range(max(3, repeats)):
             start = time.perf_counter()
-            model.encode([f"{text} {i}" for i in range(n)], batch_size=32)
+            model.encode(texts, batch_size=32)
             runs.append(time.perf_counter() - start)
-        out[n] = statistics.median(runs)
-    return out
+        return statistics.median(runs)
+
+    short = {n: timed([f"{SHORT_TEXT} {i}" for i in range(n)]) for n in (1, 8, 32)}
+    long_texts = [f"{LONG_TEXT} {i}" for i in range(8)]
+    short_tokens = emulated_tokens([f"{SHORT_TEXT} {i}" for i in range(8)])
+    return short, (short_tokens, emulated_tokens(long_texts), timed(long_texts))
 
 
 async def _server_capacity(root: str) -> tuple[int, int]:
@@ -179,13 +192,22 @@ async def measure(llm_url: str, model: str, repeats: int) -> dict[str, Any]:
     return {"batch": batch, "context": context, "kv_tokens": kv_tokens, "block": block}
 
 
-def fit(m: dict[str, Any], embed: dict[int, float], where: str, repeats: int) -> dict[str, Any]:
-    """The cpu-local profile from the measurements, each constant citing its points."""
+def fit(m: dict[str, Any], embed: dict[int, float], where: str, repeats: int,
+        embed_long: tuple[int, int, float] | None = None) -> dict[str, Any]:
+    """The cpu-local profile from the measurements, each constant citing its points; ``embed_long``:
+    (tokens of the 8 short texts, tokens of 8 long ones, their seconds), for the per-token cost."""
     base, per_seq = _line({b - 1: s for b, s in m["batch"].items()})
     ctx0, per_ctx = _line({n: gap for n, (_, gap) in m["context"].items()})
     ttft0, per_prefill, per_pair = _prefill_fit({n: ttft for n, (ttft, _) in m["context"].items()})
     e0, per_text = _line(embed)
     how = f"measured by `ayo emulate calibrate` on {where}, medians of {repeats} runs"
+    per_token, long_note = 0.0, "texts of one length were measured: the per-text slope holds it"
+    if embed_long is not None and 8 in embed:
+        short_tokens, long_tokens, long_s = embed_long
+        per_token = max(0.0, (long_s - embed[8]) / (long_tokens - short_tokens))
+        per_text = per_text - per_token * short_tokens / 8  # the short texts' slope held their tokens' cost
+        long_note = (f"{how}: 8 texts of {long_tokens // 8} tokens against 8 of {short_tokens // 8} (the emulator's "
+                     f"count, characters / 4): {long_s * 1000:.1f} ms against {embed[8] * 1000:.1f} ms")
     pts = lambda d: ", ".join(f"{k}: {v * 1000:.1f} ms" for k, v in d.items())  # noqa: E731
     llm = {
         "step_base": {"value": max(1e-4, base), "source": f"{how}: decode gap against batch, intercept ({pts(m['batch'])})"},
@@ -208,8 +230,9 @@ def fit(m: dict[str, Any], embed: dict[int, float], where: str, repeats: int) ->
     embed_section = {
         "fixed_s": {"value": max(0.0, e0), "source": f"{how}: SentenceTransformer.encode of 1/8/32 texts of ~60 tokens, "
                                                     f"intercept ({pts(embed)})"},
-        "per_text_s": {"value": max(0.0, per_text), "source": f"{how}: the same measurement, slope"},
-        "per_token_s": {"value": 0.0, "source": "texts of one length were measured: the per-text slope holds it"},
+        "per_text_s": {"value": max(0.0, per_text), "source": f"{how}: the same measurement, slope, less its "
+                                                              f"texts' tokens at per_token_s"},
+        "per_token_s": {"value": per_token, "source": long_note},
         "max_batch": {"value": 32, "source": "the emulator's record mode encodes with batch_size=32"},
     }
     return {"name": "cpu-local", "kind": "serving", "device": "cpu",
@@ -230,7 +253,7 @@ def calibrate(out: str | Path | None = None, llm_url: str | None = None, pairs: 
     with ExitStack() as stack:
         url = llm_url or os.environ.get("AYO_LLM_URL") or stack.enter_context(serve_llm(dtype="float32"))
         measured = asyncio.run(measure(url, LLM_NAME, pairs))
-    embed = _embedding_costs(str(embedding_model_path()), pairs)
-    profile = fit(measured, embed, _where(), pairs)
+    embed, embed_long = _embedding_costs(str(embedding_model_path()), pairs)
+    profile = fit(measured, embed, _where(), pairs, embed_long)
     path.write_text(json.dumps(profile, indent=1) + "\n")
     return path
