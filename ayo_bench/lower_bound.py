@@ -18,6 +18,10 @@ scheduling, Python, queueing and interference cost. A call that ran several of A
 conversation's turns) chains them where one started after the other ended (the caller awaited
 it), as it chains requests made outside Ayo's graph (a doc-QA function's own code).
 
+A consumer whose value came from a speculative run (a synthesis started on a rerank's partial
+output, :mod:`ayo_core.templates.speculation`) sends nothing itself: the run's requests are its work,
+chained as they ran, starting no earlier than the node whose decode the run reads could start.
+
 Where it is loose: local nodes and searches count 0 (no service model for Python or for the
 search service: a node's own code could take any time); the graph's expansions are ordered only
 by their data edges (an expansion cannot start before the node that made it, which the bound
@@ -204,8 +208,33 @@ def node_services(trace: Any, by_span: dict[int, list[Request]]) -> dict[str, fl
     return whole
 
 
-def graph_critical_path(graph: Any, services: dict[str, float]) -> float:
-    """Longest path of ``services`` over ``graph``'s edges (optional nodes are not waited for)."""
+def used_speculation(trace: Any, trace_index: int, requests: Sequence[Request],
+                     by_span: dict[int, list[Request]]) -> dict[str, tuple[str, float]]:
+    """``{consumer: (node, chain)}`` when the consumer's value came from its speculative run: the run
+    (span ``{consumer}.speculative``) ended uncancelled and the consumer sent nothing itself. That run's
+    requests (sent through ``node``'s engines, whose decode it reads) are the consumer's work; at zero
+    load they take ``chain`` seconds, and could start no earlier than ``node``'s inputs were there."""
+    graph = getattr(trace, "graph", None)
+    board = graph.meta.get("speculation") if graph is not None else None
+    consumer = getattr(board, "consumer", None)
+    if consumer is None:
+        return {}
+    mine = [r for r in requests if r.trace == trace_index]
+    runs = [s for s in _spans(trace) if s.node == f"{consumer}.speculative" and s.status == "done"]
+    if not runs or any(r.node == consumer for r in mine):
+        return {}
+    run, assigned = runs[-1], {id(r) for rs in by_span.values() for r in rs}
+    inside = [r for r in mine if id(r) not in assigned and run.start - CLOCK_SLACK_S <= r.issued
+              and r.end <= run.end + CLOCK_SLACK_S]
+    if not inside:
+        return {}
+    return {consumer: (inside[0].node, longest_chain([(r.issued, r.end, r.service_s) for r in inside]))}
+
+
+def graph_critical_path(graph: Any, services: dict[str, float],
+                        speculated: dict[str, tuple[str, float]] | None = None) -> float:
+    """Longest path of ``services`` over ``graph``'s edges (optional nodes are not waited for); a
+    consumer in ``speculated`` ends no earlier than its speculative run could (see :func:`used_speculation`)."""
     finish: dict[str, float] = {}
     for name in graph.topo_order():
         node = graph.nodes[name]
@@ -217,6 +246,9 @@ def graph_critical_path(graph: Any, services: dict[str, float]) -> float:
             finish[name] = max(finish.get(source, 0.0), start + services.get(name, 0.0))
         else:
             finish[name] = max((finish[d] for d in deps), default=0.0) + services.get(name, 0.0)
+        reads, chain = (speculated or {}).get(name, ("", 0.0))
+        if reads in graph.nodes:
+            finish[name] = max(finish[name], _start(graph, reads, finish) + chain)
     return max((f for n, f in finish.items() if not graph.nodes[n].meta.get("optional")), default=0.0)
 
 
@@ -240,7 +272,9 @@ def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Seq
         every += inner
         services = node_services(trace, by_span)
         graph = getattr(trace, "graph", None)
-        cp = graph_critical_path(graph, services) if graph is not None else max(services.values(), default=0.0)
+        speculated = used_speculation(trace, t, every, by_span)
+        cp = graph_critical_path(graph, services, speculated) if graph is not None else \
+            max(services.values(), default=0.0)
         top.append((trace.start, trace.end, cp))
     outside = [Request("llm", row["start"], row["end"], llm=llm_request(row)) for row in left]
     price(outside, service)

@@ -295,3 +295,45 @@ def test_a_deployment_profile_is_a_service_model(name: str) -> None:
     g = dag_graph([(80, 12, ()), (40, 30, ()), (200, 6, (0, 1)), (20, 3, (2,))])
     b = bound_of_run(g, Engines(llm=RecordedServingLLM(profile.llm)), profile)
     assert b.service_model == profile.name and 0 < b.bound_s <= b.latency_s * (1 + 1e-9)
+
+
+class _Board:
+    """What the bound reads of a speculation board: the consumer's name (``graph.meta["speculation"]``)."""
+
+    consumer = "synth"
+
+
+def test_a_consumer_fed_by_its_speculative_run_is_bounded_by_that_runs_chain() -> None:
+    """``pick`` decodes a short answer; a speculative run of ``synth`` starts with it, through pick's
+    engines (as ``ayo_core.templates.speculation`` runs it), and makes two chained calls; ``synth`` then
+    takes that run's value and sends nothing. The two calls are synth's work: the bound is their chain
+    from pick's start (here the latency), not pick alone (synth counted as free)."""
+    from ayo_core.trace import NodeSpan
+
+    runs: dict[str, asyncio.Task] = {}
+
+    async def speculative(ctx: Any) -> str:
+        loop = asyncio.get_running_loop()
+        span = NodeSpan(ctx.query_id, "synth.speculative", "synth", "decode", "llm", loop.time())
+        ctx.trace.nodes.append(span)
+        first = (await ctx.llm.complete(" ".join(f"s{i}" for i in range(40)), max_tokens=10)).text
+        second = (await ctx.llm.complete(first + " ".join(f"t{i}" for i in range(40)), max_tokens=10)).text
+        span.end = loop.time()
+        return second
+
+    async def pick(ctx: Any) -> str:
+        runs[ctx.query_id] = asyncio.get_running_loop().create_task(speculative(ctx))
+        return (await ctx.llm.complete(" ".join(f"p{i}" for i in range(20)), max_tokens=3)).text
+
+    async def synth(ctx: Any, picked: str) -> str:
+        return await runs.pop(ctx.query_id)
+
+    g = graph_of([Node("pick", Op.DECODE, fn=pick, engine="llm"),
+                  Node("synth", Op.DECODE, fn=synth, inputs={"picked": "pick"}, engine="llm")], "synth")
+    g.meta["speculation"] = _Board()
+    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)  # no slowdown
+    engines = Engines(llm=RecordedFakeLLM(wide, max_concurrency=8))
+    b = bound_of_run(g, engines, FakeEnginesServiceModel(wide, llm_slots=8))
+    alone_pick = FakeEnginesServiceModel(wide, llm_slots=8).llm_alone_s(20, 0, 3)
+    assert b.critical_path_s > 2 * alone_pick  # before: pick's call alone, synth free
+    assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)  # the chain from pick's start: no schedule does better
