@@ -116,6 +116,7 @@ class AppPair:
 
     cache_reset_url: str | None = None  # set when the server lets us empty its prefix cache
     recorder: Any = None  # an LLMRequestRecorder both apps' LLM requests pass through, when recording
+    search_log: Any = None  # (lo, hi) -> the search service's requests in that window, when it keeps a log
     last_window: tuple[float, float] = (0.0, 0.0)  # the last timed call, time.monotonic() (the trace's clock)
 
     def __init__(self, name: str, cfg: EnginesConfig) -> None:
@@ -218,12 +219,23 @@ def call_figures(pair: AppPair, calls: dict[str, tuple[tuple[float, float], list
     if service is None and pair.recorder is not None:
         service = MeasuredServiceModel(getattr(pair.recorder, "records", None) or recorded or [], exclude=window)
     if service is not None:
-        out["lower_bound"] = call_lower_bound(traces, window, recorded, service).as_dict()
+        out["lower_bound"] = call_lower_bound(traces, window, recorded, service, searches_in(pair, window)).as_dict()
     if not traces:
         out["ayo_trace"] = {"queries": 0}
     else:
         out.update(trace_overhead(traces, report))
     return out
+
+
+def searches_in(pair: AppPair, window: tuple[float, float]) -> list[dict[str, Any]] | None:
+    """The search service's requests inside ``window`` (None without a log: searches then count 0 in the bound)."""
+    if pair.search_log is None:
+        return None
+    try:
+        return pair.search_log(*window)
+    except (OSError, ValueError, KeyError) as exc:  # a figure, not the run: the bound is only looser
+        log.warning("could not read the search service's log: %s", exc)
+        return None
 
 
 def trace_overhead(traces: list[Any], report: bound.BoundReport) -> dict[str, Any]:
@@ -499,10 +511,11 @@ def header(cfg: EnginesConfig, args: argparse.Namespace, search_latency: float, 
 
 
 async def compare_app(name: str, cfg: EnginesConfig, args: argparse.Namespace, meta: dict[str, Any],
-                      recorder: Any = None, deployment: Any = None) -> dict[str, Any]:
+                      recorder: Any = None, deployment: Any = None, search: Any = None) -> dict[str, Any]:
     questions = load_questions(name, args.n)
     pair = AppPair(name, cfg)
     pair.recorder = recorder
+    pair.search_log = getattr(search, "requests_between", None)
     pair.cache_reset_url = await probe_cache_reset(cfg.llm_url)
     result: dict[str, Any] = {**meta, "app": name, "framework": pair.module.FRAMEWORK, "ayo_missing": pair.ayo_missing,
                               "prefix_cache_reset_between_runs": bool(pair.cache_reset_url)}
@@ -618,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
             # Sync apps (the LlamaIndex document-QA functions) run in threads: enough for open-loop load.
             runner.get_loop().set_default_executor(ThreadPoolExecutor(max_workers=64))
             for name in apps:
-                runner.run(compare_app(name, cfg, args, meta, recorder, deployment))
+                runner.run(compare_app(name, cfg, args, meta, recorder, deployment, search))
     return 0
 
 

@@ -22,8 +22,12 @@ A consumer whose value came from a speculative run (a synthesis started on a rer
 output, :mod:`ayo_core.templates.speculation`) sends nothing itself: the run's requests are its work,
 chained as they ran, starting no earlier than the node whose decode the run reads could start.
 
-Where it is loose: local nodes and searches count 0 (no service model for Python or for the
-search service: a node's own code could take any time); the graph's expansions are ordered only
+A request to the search service (the apps' web-search stand-in, ``ayo_examples.search_service``,
+which holds every reply for its declared latency) counts that latency in the node that made it, when
+the service's log of the call is given.
+
+Where it is loose: local nodes count 0 (no service model for Python: a node's own code could take
+any time), as do searches when no log is given; the graph's expansions are ordered only
 by their data edges (an expansion cannot start before the node that made it, which the bound
 ignores); cached prompt tokens are those of the run (a schedule that shared more prefix would
 prefill less). Where it leans on data: each LLM request's token counts come from the recorder's
@@ -257,18 +261,43 @@ def _start(graph: Any, name: str, finish: dict[str, float]) -> float:
     return max((finish[d] for d in graph.nodes[name].deps if d in finish), default=0.0)
 
 
+def place_searches(trace_index: int, trace: Any, searches: list[Request],
+                   by_span: dict[int, list[Request]]) -> list[Request]:
+    """Each search request to the shortest span of ``trace`` that holds it (its node made it); the rest back."""
+    spans, left = _spans(trace), []
+    for r in searches:
+        holders = [s for s in spans if s.start - CLOCK_SLACK_S <= r.issued and r.end <= s.end + CLOCK_SLACK_S]
+        if holders:
+            span = min(holders, key=lambda s: s.end - s.start)
+            r.node, r.trace = span.node, trace_index
+            by_span[id(span)].append(r)
+        else:
+            left.append(r)
+    return left
+
+
+def search_requests(searches: Sequence[dict[str, Any]] | None) -> list[Request]:
+    """The search service's log (``{"start", "end", "latency_s"}``) as requests: each takes at least the
+    service's declared latency, whatever the schedule (it holds every reply that long)."""
+    return [Request("search", float(s["start"]), float(s["end"]), service_s=float(s["latency_s"]))
+            for s in searches or []]
+
+
 # ---- the call --------------------------------------------------------------------------
 def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Sequence[dict[str, Any]] | None,
-                     service: Any) -> LowerBound:
+                     service: Any, searches: Sequence[dict[str, Any]] | None = None) -> LowerBound:
     """The lower bound of one call: Ayo's ``traces`` of it, the recorder's ``rows`` inside it (may be
-    None: no recorder) and a service model (see :mod:`ayo_bench.service_model`)."""
+    None: no recorder), a service model (see :mod:`ayo_bench.service_model`) and the search service's
+    log of the requests inside it (may be None: searches then count 0)."""
     requests = requests_from_traces(traces)
     left = match_rows(requests, list(rows or []))
     price(requests, service)
     top: list[tuple[float, float, float]] = []
     every = list(requests)
+    unplaced = search_requests(searches)
     for t, trace in enumerate(traces):
         by_span, inner, left = assign_to_spans(t, trace, requests, left, service)
+        unplaced = place_searches(t, trace, unplaced, by_span)
         every += inner
         services = node_services(trace, by_span)
         graph = getattr(trace, "graph", None)
@@ -279,7 +308,7 @@ def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Seq
     outside = [Request("llm", row["start"], row["end"], llm=llm_request(row)) for row in left]
     price(outside, service)
     every += outside
-    top += [(r.issued, r.end, r.service_s) for r in outside]
+    top += [(r.issued, r.end, r.service_s) for r in outside + unplaced]  # the call's own code made these
     critical = longest_chain(top)
     work = engine_work(every, service)
     busiest = max(work, key=lambda k: work[k], default="")

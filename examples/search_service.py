@@ -4,7 +4,8 @@ The search_augmented and agent examples call it the way an app calls a public se
 API: ``GET /search?q=...&k=...`` returns ``{"query", "k", "latency_s", "results":
 [{"id", "title", "text", "score"}]}`` (BM25 over the stdlib-docstring corpus,
 best first; ``score`` is SQLite's bm25, lower is better). ``GET /health`` answers
-``{"ok": true, "documents": N, "latency_s": L}``.
+``{"ok": true, "documents": N, "latency_s": L}``. ``GET /requests?since=T0&until=T1`` lists the
+searches served in that window (``time.monotonic()`` seconds), for a benchmark's lower bound.
 
 Latency is a *declared* parameter, never hidden: each response is held until
 ``latency_s`` has passed since the request arrived. The default,
@@ -27,6 +28,7 @@ no adapter: the apps reach it over HTTP only.
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import logging
@@ -41,6 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
+from urllib.request import urlopen
 
 from .corpus import corpus_dir, load_corpus
 
@@ -48,6 +51,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LATENCY_S = 0.3
 MAX_K = 50
+LOG_KEEP = 10_000  # searches kept for GET /requests
 # The installed name, not ``__name__``: a subprocess must import this module the same way
 # from any working directory (``examples.search_service`` resolves only inside a checkout).
 _SERVICE_MODULE = "ayo_examples.search_service"
@@ -122,7 +126,24 @@ def default_index() -> SearchIndex:
     return SearchIndex.build(load_corpus(), corpus_dir() / "search.sqlite")
 
 
-def _make_handler(index: SearchIndex, latency_s: float) -> type[BaseHTTPRequestHandler]:
+class RequestLog:
+    """The last searches served, as ``{"start", "end", "latency_s"}`` on ``time.monotonic()`` (one clock
+    for every process of this machine): what a benchmark's lower bound reads (``GET /requests``)."""
+
+    def __init__(self, keep: int = LOG_KEEP) -> None:
+        self._done: collections.deque[dict[str, float]] = collections.deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def add(self, start: float, end: float, latency_s: float) -> None:
+        with self._lock:
+            self._done.append({"start": start, "end": end, "latency_s": latency_s})
+
+    def between(self, lo: float, hi: float) -> list[dict[str, float]]:
+        with self._lock:
+            return [r for r in self._done if lo <= r["start"] and r["end"] <= hi]
+
+
+def _make_handler(index: SearchIndex, latency_s: float, served: RequestLog) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -134,6 +155,10 @@ def _make_handler(index: SearchIndex, latency_s: float) -> type[BaseHTTPRequestH
                 self._reply(200, {"ok": True, "documents": index.documents, "latency_s": latency_s}, arrived)
             elif url.path == "/search":
                 self._search(params, arrived)
+                served.add(arrived, time.monotonic(), latency_s)
+            elif url.path == "/requests":
+                window = [float(params.get(k, [d])[0]) for k, d in (("since", "0"), ("until", "inf"))]
+                self._reply(200, {"requests": served.between(*window)}, arrived, hold=False)
             else:
                 self._reply(404, {"error": f"no route {url.path}: use /search?q=...&k=... or /health"}, arrived)
 
@@ -150,10 +175,10 @@ def _make_handler(index: SearchIndex, latency_s: float) -> type[BaseHTTPRequestH
             results = index.search(query, k)
             self._reply(200, {"query": query, "k": k, "latency_s": latency_s, "results": results}, arrived)
 
-        def _reply(self, status: int, body: dict[str, Any], arrived: float) -> None:
+        def _reply(self, status: int, body: dict[str, Any], arrived: float, hold: bool = True) -> None:
             data = json.dumps(body).encode()
-            # The declared latency covers the whole request, as a remote API's would.
-            time.sleep(max(0.0, latency_s - (time.monotonic() - arrived)))
+            if hold:  # the declared latency covers the whole request, as a remote API's would
+                time.sleep(max(0.0, latency_s - (time.monotonic() - arrived)))
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -210,6 +235,11 @@ class SearchService:
             raise RuntimeError(f"search service subprocess failed to start (said {line!r}); run {' '.join(cmd)}")
         self.port = int(line.rsplit(":", 1)[1])
 
+    def requests_between(self, lo: float, hi: float) -> list[dict[str, float]]:
+        """The searches served from ``lo`` to ``hi`` (``time.monotonic()``), as :class:`RequestLog` keeps them."""
+        with urlopen(f"{self.url}/requests?since={lo!r}&until={hi!r}", timeout=10) as resp:
+            return list(json.load(resp)["requests"])
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()
@@ -236,7 +266,8 @@ class SearchService:
 def serve(host: str = "127.0.0.1", port: int = 0, latency_s: float | None = None,
           index: SearchIndex | None = None) -> ThreadingHTTPServer:
     """A bound (not yet serving) HTTP server; call ``serve_forever()`` on it."""
-    server = ThreadingHTTPServer((host, port), _make_handler(index or default_index(), declared_latency(latency_s)))
+    server = ThreadingHTTPServer((host, port), _make_handler(index or default_index(), declared_latency(latency_s),
+                                                             RequestLog()))
     server.daemon_threads = True
     return server
 

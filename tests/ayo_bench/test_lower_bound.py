@@ -337,3 +337,32 @@ def test_a_consumer_fed_by_its_speculative_run_is_bounded_by_that_runs_chain() -
     alone_pick = FakeEnginesServiceModel(wide, llm_slots=8).llm_alone_s(20, 0, 3)
     assert b.critical_path_s > 2 * alone_pick  # before: pick's call alone, synth free
     assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)  # the chain from pick's start: no schedule does better
+
+
+def test_a_search_on_the_path_counts_its_declared_latency_when_the_log_is_given() -> None:
+    """A node that waits on the search service (its reply held for the declared 0.3 s) between two model
+    calls: with the service's log the bound is the chain (here the only schedule); without it, the
+    search counts 0, as before."""
+    log: list[dict[str, float]] = []
+
+    async def web_search(ctx: Any, **inputs: Any) -> str:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.sleep(0.3)  # the service holds the reply for its declared latency
+        log.append({"start": start, "end": loop.time(), "latency_s": 0.3})
+        return "results"
+
+    g = graph_of([llm_node("plan", 20, 4), Node("search", Op.SEARCH, fn=web_search, inputs={"q": "plan"}),
+                  llm_node("answer", 30, 6, ("search",))], "answer")
+    engines = Engines(llm=RecordedServingLLM(STEP))
+
+    async def main() -> tuple[Any, Any]:
+        _, trace = await Runtime(engines, inline_sync=True).run(g, {})
+        window = (trace.start, trace.end)
+        return (call_lower_bound([trace], window, engines.llm.rows, StepServiceModel(STEP)),
+                call_lower_bound([trace], window, engines.llm.rows, StepServiceModel(STEP), searches=log))
+
+    without, with_log = run_virtual(main)
+    assert with_log.critical_path_s == pytest.approx(with_log.latency_s, rel=1e-9)
+    assert without.critical_path_s == pytest.approx(with_log.critical_path_s - 0.3, rel=1e-9)
+    assert with_log.engine_work_s == without.engine_work_s  # a search is no engine's work

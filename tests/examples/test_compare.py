@@ -236,3 +236,29 @@ def test_load_level_pairs_each_query_with_its_stock_run() -> None:
     # the fake stock app takes 0.02 s and the fake Ayo app 0.01 s: every query is about twice as fast
     assert 1.3 < paired["median"] < 3.0 and paired["ayo_slower_share"] < 0.5
     assert set(out["ayo"]["latency_by_id"]) == set(out["stock"]["latency_by_id"])
+
+
+def test_the_bound_reads_the_search_services_log_of_each_call() -> None:
+    """Each Ayo call's window goes to the search log (its searches then count their declared latency in
+    the bound); a log that cannot be read leaves the bound as without one, with a warning."""
+    class Recorder:
+        def between(self, lo: float, hi: float) -> list[dict[str, Any]]:
+            return [{"start": lo + (hi - lo) / 2, "end": hi, "completion_tokens": 8}]
+
+    asked: list[tuple[float, float]] = []
+
+    def search_log(lo: float, hi: float) -> list[dict[str, float]]:
+        asked.append((lo, hi))
+        return [{"start": lo, "end": lo + (hi - lo) / 2, "latency_s": (hi - lo) / 2}]  # the whole embed half
+
+    pair = fake_pair()
+    pair.recorder, pair.search_log = Recorder(), search_log
+    rows = asyncio.run(compare.run_latency(pair, QUESTIONS[:2], warmup=0))["pairs"]
+    assert len(asked) == len(rows)
+    assert all(r["lower_bound"]["critical_path_s"] >= (hi - lo) / 2 for r, (lo, hi) in zip(rows, asked, strict=True))
+
+    def broken(lo: float, hi: float) -> list[dict[str, float]]:
+        raise OSError("connection refused")
+
+    pair.search_log = broken
+    assert compare.searches_in(pair, (0.0, 1.0)) is None

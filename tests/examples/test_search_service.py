@@ -85,3 +85,17 @@ def test_subprocess_mode_starts_and_stops() -> None:
     assert proc is not None and proc.poll() is not None  # stopped with the block
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{svc.url}/health", timeout=2)
+
+
+def test_the_service_logs_its_searches_on_the_machines_monotonic_clock() -> None:
+    """``GET /requests`` (what a benchmark's lower bound reads): each search's arrival and reply on
+    ``time.monotonic()``, which a subprocess shares with its parent, and the declared latency."""
+    with SearchService(latency_s=0.05, mode="process") as svc:
+        before = time.monotonic()
+        search(svc, "json loads")
+        after = time.monotonic()
+        httpx.get(f"{svc.url}/health", timeout=10)  # not a search: not logged
+        logged = svc.requests_between(before, after)
+        assert len(logged) == 1 and logged[0]["latency_s"] == 0.05
+        assert before <= logged[0]["start"] and logged[0]["end"] - logged[0]["start"] >= 0.05
+        assert svc.requests_between(after, time.monotonic()) == []
