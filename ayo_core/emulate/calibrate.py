@@ -73,16 +73,17 @@ def _gaps(times: list[float]) -> list[float]:
 
 
 async def _decode_vs_batch(client: httpx.AsyncClient, base: str, root: str, model: str, repeats: int) -> dict[int, float]:
-    out = {}
-    for b in BATCHES:
-        medians = []
-        for r in range(repeats):
+    """Batch size -> median decode gap. The repeats go round all the sizes in turn, so a slow spell of
+    the machine (a shared VM's speed drifts by 10-20 % over minutes) falls on every point alike
+    instead of tilting the slope."""
+    medians: dict[int, list[float]] = {b: [] for b in BATCHES}
+    for r in range(repeats):
+        for b in BATCHES:
             await _reset(client, root)
             runs = await asyncio.gather(*(_stream_times(client, base, model, _prompt(12, 100 * r + k), 48)
                                           for k in range(b)))
-            medians.append(statistics.median(g for t in runs for g in _gaps(t)))
-        out[b] = statistics.median(medians)
-    return out
+            medians[b].append(statistics.median(g for t in runs for g in _gaps(t)))
+    return {b: statistics.median(m) for b, m in medians.items()}
 
 
 def _context_salt(point: int, repeat: int) -> int:
@@ -90,24 +91,24 @@ def _context_salt(point: int, repeat: int) -> int:
 
 
 async def _by_context(client: httpx.AsyncClient, base: str, root: str, model: str, repeats: int) -> dict[int, tuple[float, float]]:
-    """Prompt tokens -> (median time to first token, median decode gap) at batch 1."""
-    tokenized = {}
-    out = {}
-    for i, n in enumerate(CONTEXTS):
-        ttfts, gaps = [], []
-        for r in range(repeats):
+    """Prompt tokens -> (median time to first token, median decode gap) at batch 1, the repeats round
+    all the lengths in turn (as :func:`_decode_vs_batch`)."""
+    tokens: dict[int, int] = {}
+    ttfts: dict[int, list[float]] = {n: [] for n in CONTEXTS}
+    gaps: dict[int, list[float]] = {n: [] for n in CONTEXTS}
+    for r in range(repeats):
+        for i, n in enumerate(CONTEXTS):
             await _reset(client, root)
             # a salt of its own per point and repeat: no prompt shares a cached block with an earlier one
             # (where the server has no /reset_prefix_cache, a longer prompt would reuse a shorter one's)
             prompt = _prompt(max(1, n // 8), _context_salt(i, r))  # ~8 tokens per word of this shape
             times = await _stream_times(client, base, model, prompt, 24)
-            ttfts.append(times[1] - times[0])
-            gaps.append(statistics.median(_gaps(times)))
+            ttfts[n].append(times[1] - times[0])
+            gaps[n].append(statistics.median(_gaps(times)))
             if r == 0:
                 tok = (await client.post(root + "/tokenize", json={"model": model, "prompt": prompt})).json()
-                tokenized[n] = int(tok["count"])
-        out[tokenized[n]] = (statistics.median(ttfts), statistics.median(gaps))
-    return out
+                tokens[n] = int(tok["count"])
+    return {tokens[n]: (statistics.median(ttfts[n]), statistics.median(gaps[n])) for n in CONTEXTS}
 
 
 def _prefill_fit(points: dict[int, float]) -> tuple[float, float, float]:
@@ -242,7 +243,7 @@ def fit(m: dict[str, Any], embed: dict[int, float], where: str, repeats: int,
             "prefix_block": {"value": m["block"], "source": "the server's /metrics vllm:cache_config_info block_size"}}
 
 
-def calibrate(out: str | Path | None = None, llm_url: str | None = None, pairs: int = 3) -> Path:
+def calibrate(out: str | Path | None = None, llm_url: str | None = None, pairs: int = 5) -> Path:
     """Measure, fit and write the cpu-local profile; returns its path."""
     from contextlib import ExitStack
 

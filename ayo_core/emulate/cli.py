@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cal = sub.add_parser("calibrate", help="fit the cpu-local profile to this machine's vLLM-CPU server")
     cal.add_argument("--out", default=None, help="profile path (default: ayo_core/emulate/profiles/cpu-local.json)")
     cal.add_argument("--llm-url", default=None, help="a running vLLM server (default: $AYO_LLM_URL, else one is started)")
-    cal.add_argument("--repeats", type=int, default=3, help="repeats of each measurement (medians are fitted)")
+    cal.add_argument("--repeats", type=int, default=5, help="repeats of each measurement (medians are fitted)")
     cal.set_defaults(run=_calibrate)
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:

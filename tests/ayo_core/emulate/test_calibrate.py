@@ -61,3 +61,31 @@ def test_longer_texts_give_the_embedding_a_per_token_cost() -> None:
     assert abs(section["per_token_s"]["value"] - per_token) < 1e-12
     assert abs(section["per_text_s"]["value"] - (0.004 - per_token * 166)) < 1e-12
     assert "330 tokens" in section["per_token_s"]["source"]
+
+
+def test_the_repeats_go_round_every_point_in_turn() -> None:
+    """A shared VM's speed drifts over minutes: measuring each point's repeats back to back would put a
+    slow spell on one point and tilt the fit, so each repeat goes round all the points (checked on a
+    stand-in server that answers instantly and notes the prompts it was sent)."""
+    import asyncio
+
+    import httpx
+
+    sent: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/tokenize"):
+            return httpx.Response(200, json={"count": 8 * len(json.loads(request.content)["prompt"].split())})
+        if request.url.path.endswith("/completions"):
+            sent.append(len(json.loads(request.content)["prompt"].split()))
+            return httpx.Response(200, content=b'data: {"choices": [{"text": "a"}]}\n\n' * 8 + b"data: [DONE]\n\n")
+        return httpx.Response(200)
+
+    async def measure() -> dict:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await calibrate._by_context(client, "http://t/v1", "http://t", "m", 2)
+
+    points = asyncio.run(measure())
+    words = [max(1, n // 8) for n in calibrate.CONTEXTS]
+    assert sent == words + words  # round 1 over every length, then round 2
+    assert sorted(points) == [8 * w for w in words]
