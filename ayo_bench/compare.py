@@ -229,10 +229,11 @@ def call_figures(pair: AppPair, calls: dict[str, tuple[tuple[float, float], list
 
 def searches_in(pair: AppPair, window: tuple[float, float]) -> list[dict[str, Any]] | None:
     """The search service's requests inside ``window`` (None without a log: searches then count 0 in the bound)."""
-    if pair.search_log is None:
+    search_log = getattr(pair, "search_log", None)  # call_figures takes any pair-like object
+    if search_log is None:
         return None
     try:
-        return pair.search_log(*window)
+        return search_log(*window)
     except (OSError, ValueError, KeyError) as exc:  # a figure, not the run: the bound is only looser
         log.warning("could not read the search service's log: %s", exc)
         return None
