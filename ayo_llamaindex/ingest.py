@@ -94,7 +94,7 @@ class PendingIngest:
         each), all batches at once, under the span that was active when the index was written."""
         shim.active_span_id().set(self._span_parent)  # this task's own context
         shim.active_instrument_tags().set(self._span_tags)
-        show_progress = bool(getattr(self.index, "_show_progress", False))
+        show_progress = shim.index_show_progress(self.index)
         batches = [[n.get_content(metadata_mode=MetadataMode.EMBED) for n in batch if n.embedding is None]
                    for batch in iter_batch(self.nodes, shim.index_insert_batch_size(self.index))]
         parts = await asyncio.gather(*(self.embed.text_embeddings(send, texts, show_progress) for texts in batches))

@@ -447,9 +447,11 @@ def structured_rerank(postprocessor: Any, nodes: list[Any], query_bundle: Any,
 
 # -- indexes -------------------------------------------------------------------------------
 
-declare(f"{_INDEX}.VectorStoreIndex._insert_batch_size/_store_nodes_override/_embed_model", framework=CORE,
-        checked=CORE_CHECKED, why="deferred ingest mirrors _add_nodes_to_index (batching, docstore rule, embed model)",
-        check=assigns(_INDEX, "VectorStoreIndex", "_insert_batch_size", "_store_nodes_override", "_embed_model"))
+declare(f"{_INDEX}.VectorStoreIndex._insert_batch_size/_store_nodes_override/_embed_model/_show_progress",
+        framework=CORE, checked=CORE_CHECKED,
+        why="deferred ingest mirrors _add_nodes_to_index (batching, docstore rule, embed model, progress flag)",
+        check=assigns(_INDEX, "VectorStoreIndex", "_insert_batch_size", "_store_nodes_override", "_embed_model",
+                      "_show_progress"))
 
 
 def index_insert_batch_size(index: Any) -> int:
@@ -458,6 +460,10 @@ def index_insert_batch_size(index: Any) -> int:
 
 def index_stores_nodes_override(index: Any) -> bool:
     return index._store_nodes_override
+
+
+def index_show_progress(index: Any) -> bool:
+    return bool(index._show_progress)
 
 
 def index_embed_model(index: Any) -> Any:
