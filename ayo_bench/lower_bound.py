@@ -158,6 +158,12 @@ def _spans(trace: Any) -> list[Any]:
     return [s for s in getattr(trace, "nodes", []) or [] if s.end >= s.start]
 
 
+def _tightest_holder(spans: Sequence[Any], start: float, end: float) -> Any:
+    """The shortest span that holds ``[start, end]`` (up to the clocks' slack), or None."""
+    holders = [s for s in spans if s.start - CLOCK_SLACK_S <= start and end <= s.end + CLOCK_SLACK_S]
+    return min(holders, key=lambda s: s.end - s.start, default=None)
+
+
 def assign_to_spans(trace_index: int, trace: Any, requests: list[Request], rows: list[dict[str, Any]],
                     service: Any) -> tuple[dict[int, list[Request]], list[Request], list[dict[str, Any]]]:
     """The requests each span made (by id of the span), the rows made into requests there, and the
@@ -177,9 +183,7 @@ def assign_to_spans(trace_index: int, trace: Any, requests: list[Request], rows:
             by_span[id(best)].append(r)
     inner, outside = [], []
     for row in rows:
-        holders = [s for s in spans if s.start - CLOCK_SLACK_S <= row["start"] and row["end"] <= s.end + CLOCK_SLACK_S]
-        if holders:
-            span = min(holders, key=lambda s: s.end - s.start)
+        if (span := _tightest_holder(spans, row["start"], row["end"])) is not None:
             req = Request("llm", row["start"], row["end"], llm=llm_request(row), node=span.node, trace=trace_index)
             price([req], service)
             graph = getattr(trace, "graph", None)
@@ -266,9 +270,7 @@ def place_searches(trace_index: int, trace: Any, searches: list[Request],
     """Each search request to the shortest span of ``trace`` that holds it (its node made it); the rest back."""
     spans, left = _spans(trace), []
     for r in searches:
-        holders = [s for s in spans if s.start - CLOCK_SLACK_S <= r.issued and r.end <= s.end + CLOCK_SLACK_S]
-        if holders:
-            span = min(holders, key=lambda s: s.end - s.start)
+        if (span := _tightest_holder(spans, r.issued, r.end)) is not None:
             r.node, r.trace = span.node, trace_index
             by_span[id(span)].append(r)
         else:
