@@ -76,6 +76,8 @@ class QueryWork:
     engines: dict[str, list[Interval]] = field(default_factory=dict)
     queued: list[Interval] = field(default_factory=list)
     other_work: list[Interval] = field(default_factory=list)  # nodes off the engines (local Python nodes)
+    # an optimized function's own code (ayo_core.caller_code), outside Ayo's hooks: stock runs it too
+    caller_code: list[Interval] = field(default_factory=list)
 
 
 @dataclass
@@ -89,6 +91,7 @@ class BoundReport:
     efficiency: float
     gap_s: float
     outside_graph_s: float
+    caller_code_s: float  # the part of outside_graph_s that was the optimized function's own code
     other_engine_s: float
     queued_s: float
     runtime_s: float
@@ -117,7 +120,8 @@ def busiest_engine_bound(work: QueryWork) -> BoundReport:
     return BoundReport(
         latency_s=latency, busiest_engine=name, busy_s=busy_s,
         efficiency=busy_s / latency if latency > 0 else float("nan"), gap_s=length(idle),
-        outside_graph_s=length(outside), other_engine_s=length(other_engine), queued_s=length(queued),
+        outside_graph_s=length(outside), caller_code_s=length(clip_to(outside, work.caller_code)),
+        other_engine_s=length(other_engine), queued_s=length(queued),
         runtime_s=length(runtime), busy_by_engine=busy_by_engine,
     )
 
@@ -143,7 +147,8 @@ def work_from_traces(traces: Iterable[Any], call: Interval, llm_requests: list[d
                      llm_engine: str = "llm server (recorded)") -> QueryWork:
     """:func:`work_from_trace` for a call that ran several of Ayo's queries (a chat conversation's
     turns, an agent's steps: ``ayo_core.trace.collect_traces``): their engine calls, node spans
-    and graph intervals together."""
+    and graph intervals together, and the sink's ``caller_code`` when ``traces`` is the
+    ``collect_traces`` sink itself."""
     engines: dict[str, list[Interval]] = defaultdict(list)
     queued, other, graphs = [], [], []
     for trace in traces:
@@ -163,4 +168,5 @@ def work_from_traces(traces: Iterable[Any], call: Interval, llm_requests: list[d
         llm_kinds = [n for n in engines if n.lower().startswith("llm")]
         recorded = [(r["start"], r["end"]) for r in llm_requests]
         engines[llm_engine] = recorded + [iv for n in llm_kinds for iv in engines.pop(n)]
-    return QueryWork(call=call, graph=merge(graphs), engines=dict(engines), queued=queued, other_work=other)
+    return QueryWork(call=call, graph=merge(graphs), engines=dict(engines), queued=queued, other_work=other,
+                     caller_code=list(getattr(traces, "caller_code", [])))

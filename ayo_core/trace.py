@@ -36,11 +36,26 @@ OVERHEAD_KINDS = ("capture", "build", "passes", "scheduling")
 # The sink of the innermost collect_traces() block. A context variable: it follows the call into
 # the tasks it starts and onto Ayo's loop (a coroutine handed to another loop's thread runs in a
 # copy of the caller's context), and concurrent callers each see their own.
-_SINK: ContextVar[list[Trace] | None] = ContextVar("ayo_trace_sink", default=None)
+_SINK: ContextVar[TraceSink | None] = ContextVar("ayo_trace_sink", default=None)
+
+
+class TraceSink(list):
+    """The traces a :func:`collect_traces` block gathered (a list), and ``caller_code``: the
+    intervals (``time.monotonic()``) in which an optimized function ran the user's own code
+    outside Ayo's hooks (:mod:`ayo_core.caller_code`), which stock runs too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caller_code: list[tuple[float, float]] = []
+
+
+def current_sink() -> TraceSink | None:
+    """The innermost :func:`collect_traces` block's sink (None outside any)."""
+    return _SINK.get()
 
 
 @contextmanager
-def collect_traces() -> Iterator[list[Trace]]:
+def collect_traces() -> Iterator[TraceSink]:
     """The traces of every query Ayo starts inside the block, in start order::
 
         with collect_traces() as traces:
@@ -50,7 +65,7 @@ def collect_traces() -> Iterator[list[Trace]]:
     Blocks nest; a query lands in the innermost one. A trace is appended when its query starts,
     so it may still be running when read inside the block.
     """
-    sink: list[Trace] = []
+    sink = TraceSink()
     token = _SINK.set(sink)
     try:
         yield sink

@@ -34,6 +34,7 @@ from llama_index.core.callbacks import EventPayload
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.bound import BoundOptimizedFunction
+from ayo_core.caller_code import running_ayo_code, running_caller_code
 from ayo_core.graph import Graph
 from ayo_core.introspect import once
 from ayo_core.passes import optimize_graph
@@ -95,7 +96,8 @@ class OptimizedFunction:
         state = CallState(self)
         token = _CALL.set(state)
         try:
-            return self._fn(*args, **kwargs)
+            with running_caller_code():
+                return self._fn(*args, **kwargs)
         finally:
             _CALL.reset(token)
             self._finish(state)
@@ -107,7 +109,8 @@ class OptimizedFunction:
         state = CallState(self)
         token = _CALL.set(state)
         try:
-            return await self._fn(*args, **kwargs)
+            with running_caller_code():
+                return await self._fn(*args, **kwargs)
         finally:
             _CALL.reset(token)
             await asyncio.to_thread(self._finish, state)
@@ -236,14 +239,16 @@ def _defer(state: CallState, index: Any, args: tuple, kwargs: dict, what: str) -
 def _build_index(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     """``VectorStoreIndex._build_index_from_nodes`` (from_documents and the constructor)."""
     state = _CALL.get()
-    deferred = None if state is None else _defer(state, instance, args, kwargs, "build")
+    with running_ayo_code():
+        deferred = None if state is None else _defer(state, instance, args, kwargs, "build")
     return wrapped(*args, **kwargs) if deferred is None else deferred[0]
 
 
 def _insert(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     """``VectorStoreIndex._insert`` (insert / insert_nodes into a live index)."""
     state = _CALL.get()
-    deferred = None if state is None else _defer(state, instance, args, kwargs, "insert")
+    with running_ayo_code():
+        deferred = None if state is None else _defer(state, instance, args, kwargs, "insert")
     return wrapped(*args, **kwargs) if deferred is None else None
 
 
@@ -263,7 +268,7 @@ def _query(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         return wrapped(*args, **kwargs)
     state, query = hit
     # the stock query()'s span and events, which this hook replaces
-    with spans.opened(instance, ["query"] * spans.levels(instance, "query"), query) as box, \
+    with running_ayo_code(), spans.opened(instance, ["query"] * spans.levels(instance, "query"), query) as box, \
             events.QueryCall(instance, query).span() as done:
         return box.set(done(LOOP.run_sync(run_call_query(state, instance, query))))
 
@@ -275,6 +280,6 @@ def _aquery(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 
 async def _arun_call_query(state: CallState, query_engine: Any, query: Any) -> Any:
     # the loop is the one awaiting this coroutine (``asyncio.run(qe.aquery(q))`` creates it first)
-    with spans.opened(query_engine, ["aquery"] * spans.levels(query_engine, "aquery"), query) as box, \
+    with running_ayo_code(), spans.opened(query_engine, ["aquery"] * spans.levels(query_engine, "aquery"), query) as box, \
             events.QueryCall(query_engine, query).span() as done:
         return box.set(done(await LOOP.arun(run_call_query(state, query_engine, query, asyncio.get_running_loop()))))

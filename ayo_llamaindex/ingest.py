@@ -28,6 +28,7 @@ from llama_index.core.schema import ImageNode, IndexNode, MetadataMode
 from llama_index.core.utils import iter_batch
 from llama_index.core.vector_stores.simple import SimpleVectorStore
 
+from ayo_core.caller_code import running_ayo_code
 from ayo_core.introspect import once, overrides_reason
 from ayo_core.runtime.pending import PendingWrites
 from ayo_llamaindex.embedding import EmbedBinding
@@ -188,5 +189,6 @@ def install_barriers() -> None:
 
 def _barrier_wrapper(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     if instance is not None and instance in _PENDING:
-        barrier(instance)
+        with running_ayo_code():  # waiting for Ayo's ingest is Ayo's time, not the caller's
+            barrier(instance)
     return wrapped(*args, **kwargs)

@@ -62,3 +62,14 @@ def test_recorded_llm_requests_merge_with_the_traces_llm_calls() -> None:
     assert set(work.engines) == {"embed", "llm server (recorded)"}
     assert bound.length(work.engines["llm server (recorded)"]) == pytest.approx(1.6)
     assert work.queued == [(1.5, 2.0)] and work.other_work == [(3.0, 3.2)] and work.graph == [(1.0, 5.0)]
+
+
+def test_the_functions_own_code_is_split_out_of_the_time_outside_the_graph() -> None:
+    # a doc-QA call 0..10: the user's code 0..1 and 9..9.6 (its collection, its splitting), Ayo's
+    # graph 1.5..9; 1..1.5 and 9.6..10 are Ayo's hooks outside the graph
+    work = QueryWork(call=(0.0, 10.0), graph=[(1.5, 9.0)], engines={"llm": [(2.0, 9.0)]},
+                     caller_code=[(0.0, 1.0), (9.0, 9.6)])
+    r = bound.busiest_engine_bound(work)
+    assert r.outside_graph_s == pytest.approx(2.5)
+    assert r.caller_code_s == pytest.approx(1.6)   # what stock runs too: not Ayo's overhead
+    assert r.outside_graph_s - r.caller_code_s == pytest.approx(0.9)

@@ -172,3 +172,30 @@ def test_async_docqa_span_tree_is_stocks(server: Any, traced: Any, embed_model: 
     assert span_tree(lambda: asyncio.run(fast(QUESTIONS[0], documents))) == want
     assert sum(n for path, n in want.items() if path.endswith("get_text_embedding_batch ['EmbeddingEndEvent', "
                                                                "'EmbeddingStartEvent']")) > 1  # one per insert batch
+
+
+def test_the_functions_own_code_is_recorded_apart_from_ayos_hooks(embed_model, documents) -> None:
+    """The user's code inside an optimized function is the caller's time (stock runs it too); the
+    hooks and the graph are Ayo's: what ``ayo compare`` leaves out of Ayo's overhead."""
+    import time
+
+    from ayo_core.trace import collect_traces
+
+    answer = make_answer(embed_model)
+
+    def slow_user_code(question: str, docs: list[Document]) -> Any:
+        time.sleep(0.05)                        # the user's own work before indexing
+        return answer(question, docs)
+
+    fast = ayo_llamaindex.optimize(slow_user_code)
+    with collect_traces() as sink:
+        t0 = time.monotonic()
+        fast(QUESTIONS[0], documents)
+        t1 = time.monotonic()
+    (trace,) = sink
+    caller = sink.caller_code
+    assert caller and all(t0 <= lo <= hi <= t1 for lo, hi in caller)
+    assert sum(hi - lo for lo, hi in caller) >= 0.05
+    # the graph ran inside a hook: none of it is the caller's
+    assert all(hi <= trace.start or lo >= trace.end for lo, hi in caller)
+    assert caller[0][1] - caller[0][0] >= 0.05   # the sleep, before the first hook (indexing)
