@@ -69,6 +69,8 @@ def _row(app: str, label: str, d: dict[str, Any]) -> str:
     misses = f"{timed.get('misses_proxied', '–')}" if dep.get("timed_mode") == "replay" else "real engines"
     pct = s.get("ayo_overhead_median_pct")
     overhead = "–" if pct is None or pct != pct else f"{pct:.2f} %"  # none: no query ran on Ayo's runtime
+    if (upper := s.get("ayo_overhead_upper_median_pct")) is not None and overhead != "–":
+        overhead += f" (≤ {upper:.2f} % with the user's code)"  # ayo_core.caller_code: since 2026-12-05
     return (f"| {app} | {label} ({'emulated' if dep.get('emulated') else 'real, proxied'}) | {s['n']} | "
             f"{_s(s['stock_median_s'])} | {_s(s.get('ayo_median_s'))} | {_x(s.get('median_ratio'))} | {_ratio_ci(d)} | "
             f"{same} | {_x(bound)} | {overhead} | {misses} | "

@@ -2,11 +2,14 @@
 
 A doc-QA function (``optimize(fn)``) is the user's code with Ayo's hooks inside it: the user
 splits documents, opens a Chroma collection, builds an index (a hook defers its vectors), asks
-a query engine (a hook runs Ayo's graph) and deletes the collection. Stock runs all of that
+a query engine (a hook runs Ayo's graph) and deletes the collection. A chat engine's turn reads
+and writes the user's memory object around Ayo's graph, as stock's does. Stock runs all of that
 code too, so the time it takes is not Ayo's overhead; only the hooks' time outside the graph is.
 
-The optimized function runs the user's function inside :func:`running_caller_code`; every hook
-runs inside :func:`running_ayo_code`, which pauses the caller's clock. The caller's intervals go
+The optimized function runs the user's function inside :func:`running_caller_code` (a benchmark
+runs a whole call in it: ``ayo compare``); every way into Ayo (``optimize()``, the hops to Ayo's
+loop, a pipeline's run, the doc-QA hooks) runs inside :func:`running_ayo_code`, which pauses
+the caller's clock. The caller's intervals go
 to the enclosing :func:`ayo_core.trace.collect_traces` block (``sink.caller_code``); outside any
 block nothing is recorded and both context managers cost a context-variable read.
 
@@ -65,7 +68,7 @@ _CLOCK: ContextVar[CallerClock | None] = ContextVar("ayo_caller_clock", default=
 def running_caller_code() -> Iterator[None]:
     """The block runs the user's function: its time outside Ayo's hooks is recorded as the caller's."""
     sink = current_sink()
-    if sink is None:
+    if sink is None or _CLOCK.get() is not None:  # an optimized function inside a timed call: one clock
         yield
         return
     clock = CallerClock(sink.caller_code)

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from ayo_core.caller_code import running_ayo_code
 from ayo_langchain import capture as cap
 from ayo_langchain import (  # noqa: F401 - each registers its recognizers and lowerings
     compressors,
@@ -43,6 +44,11 @@ def optimize(runnable: Any, *, runtime: Any = None, options: Options | None = No
     A compiled LangGraph graph gives a copy of that graph (same class API, plus ``explain()``) whose
     LCEL-runnable nodes run on Ayo (:mod:`ayo_langchain.graph`); anything else an :class:`OptimizedRunnable`.
     """
+    with running_ayo_code():  # capture is Ayo's time (ayo_core.caller_code)
+        return _optimize(runnable, runtime, options, knobs)
+
+
+def _optimize(runnable: Any, runtime: Any, options: Options | None, knobs: dict[str, Any]) -> Any:
     shims.verify_all()
     options = dataclasses.replace(options, **knobs) if options is not None else Options(**knobs)
     if (why := cap.not_runnable_reason(runnable)) is not None:  # a graph builder, a store...: never refused

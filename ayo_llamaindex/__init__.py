@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ayo_core.caller_code import running_ayo_code
+
 log = logging.getLogger(__name__)
 
 __all__ = ["OptimizedFunction", "OptimizedQueryEngine", "OptimizedWorkflow", "optimize"]
@@ -35,6 +37,11 @@ def optimize(target: Any, policy: str = "critical_path", *, options: Any = None)
     in-flight limit too. Optimizing an already optimized object optimizes its stock object again
     (same object back when the policy is the same and no options are given).
     """
+    with running_ayo_code():  # capture is Ayo's time (ayo_core.caller_code)
+        return _optimize(target, policy, options)
+
+
+def _optimize(target: Any, policy: str, options: Any) -> Any:
     from llama_index.core.base.base_query_engine import BaseQueryEngine
     from llama_index.core.chat_engine.types import BaseChatEngine
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Generic, TypeVar
 
+from ayo_core.caller_code import running_ayo_code
 from ayo_core.explain import Explanation, explanation
 from ayo_core.graph import Graph
 from ayo_core.passes import optimize_graph
@@ -87,6 +88,10 @@ class OptimizedPipeline(Generic[P]):
     async def run_traced(self, inputs: Mapping[str, Any], call: Any = None,
                          graph: Graph | None = None) -> tuple[Any, Any]:
         """:meth:`run`, returning ``(value, trace)`` (this query's trace, whatever others ran meanwhile)."""
+        with running_ayo_code():
+            return await self._run_traced(inputs, call, graph)
+
+    async def _run_traced(self, inputs: Mapping[str, Any], call: Any, graph: Graph | None) -> tuple[Any, Any]:
         g = graph if graph is not None else self.graph(call)
         if graph is None and not self._captured_reported:  # capture is paid once: by the first query run, not explain()
             self._captured_reported = True

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mutabl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from ayo_core.caller_code import running_ayo_code
 from ayo_core.runtime.errors import NodeFailed
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,8 @@ class Bridge:
         """Run ``coro`` on the loop and block this thread until it finishes (an interrupt cancels it)."""
         fut = self.submit(coro, what)
         try:
-            return fut.result()
+            with running_ayo_code():
+                return fut.result()
         except BaseException:
             fut.cancel()
             raise
@@ -197,7 +199,8 @@ class Bridge:
         awaiting task cancels ``coro``."""
         fut = self.submit(coro, "an async Ayo call awaited")
         try:
-            return await asyncio.wrap_future(fut)
+            with running_ayo_code():
+                return await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
             fut.cancel()
             raise
@@ -218,10 +221,15 @@ class Bridge:
 
         fut = asyncio.run_coroutine_threadsafe(pump(), self.loop())
         try:
-            yield from _drain(items.get)
+            yield from _drain(lambda: _waiting_for_ayo(items.get))
         finally:
             if not fut.done():
                 fut.cancel()
+
+
+def _waiting_for_ayo(get: Callable[[], T]) -> T:
+    with running_ayo_code():  # the consumer waits for Ayo's stream: Ayo's time, not the caller's
+        return get()
 
 
 def _drain(get: Callable[[], tuple[Any, BaseException | None]]) -> Iterator[Any]:

@@ -14,6 +14,7 @@ import pytest
 from ayo_bench import bound, compare
 from ayo_bench.plot import plot_result
 from ayo_bench.timeline import Recorder, spans_from_trace
+from ayo_core.caller_code import running_ayo_code
 from ayo_core.trace import report_started
 from benchmarks import readme_table
 
@@ -50,9 +51,11 @@ class FakeConversation:
 
     async def answer(self, item: dict[str, Any]) -> str:
         for _ in range(3):
-            start = time.monotonic()
-            await asyncio.sleep(0.004)
-            report_started(FakeTrace(time.monotonic() - start, start))
+            with running_ayo_code():  # as Ayo's hop to its loop: its hook's time is Ayo's
+                await asyncio.sleep(0.003)  # the hook before the graph
+                start = time.monotonic()
+                await asyncio.sleep(0.004)
+                report_started(FakeTrace(time.monotonic() - start, start))
             await asyncio.sleep(0.002)  # between turns: the caller's own code, outside Ayo's graphs
         return f"answer to {item['id']}"
 
@@ -111,8 +114,12 @@ def test_a_call_of_several_queries_is_measured_over_all_of_them() -> None:
     assert row["ayo_trace"]["queries"] == 3
     b = row["ayo_utilization"]
     # each turn's engine busy half its graph; the time between turns is outside Ayo's graphs
-    assert b["outside_graph_s"] >= 0.004 and b["busy_s"] > 0
+    assert b["outside_graph_s"] >= 0.013 and b["busy_s"] > 0
     assert b["busy_s"] + b["gap_s"] == pytest.approx(b["latency_s"])
+    # between turns is the caller's code (stock runs it too): Ayo's overhead is its hooks' 3 x 3 ms
+    assert b["caller_code_s"] >= 0.004 and b["outside_graph_s"] - b["caller_code_s"] >= 0.009
+    assert row["ayo_overhead_s"] == pytest.approx(b["outside_graph_s"] - b["caller_code_s"] + b["runtime_s"])
+    assert row["ayo_overhead_upper_s"] - row["ayo_overhead_s"] == pytest.approx(b["caller_code_s"])
     assert out["summary"]["utilization_median"] < 0.6
 
 
