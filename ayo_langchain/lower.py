@@ -38,6 +38,7 @@ from ayo_core.runtime.context import Expand
 from ayo_core.templates import Opaque, Route, StepLLMCall, Transform
 from ayo_core.templates.builder import GraphBuilder
 from ayo_langchain import capture as cap
+from ayo_langchain import routing
 from ayo_langchain.callbacks import PlannedChainRun, child, leaf_config, start_chain_run, step_config
 from ayo_shims import langchain as shims
 from ayo_shims import openai_client
@@ -293,17 +294,23 @@ class Lowerer(GraphBuilder):
                     if self.run.streaming:  # stock's sync stream calls transform, which words it differently
                         return await asyncio.to_thread(_transform_once, lam, value, run_cfg)
                     return await asyncio.to_thread(lam.invoke, value, run_cfg)
-                out = await asyncio.to_thread(shims.call_with_config, lam, _lambda_body_sync(lam), value, run_cfg)
+                out = await routing.call_lambda(
+                    lam, lambda body: asyncio.to_thread(shims.call_with_config, lam, body, value, run_cfg),
+                    _lambda_body_sync(lam), sync=True)
             elif self.streams_models():  # stock's stream runs the lambda's transform: its run streams the value
                 out = await shims.atransform_with_config(lam, _lambda_body(lam, m.inline), value, run_cfg)
+                if isinstance(out, Runnable):
+                    return self._expand_routed(name_box[0], out, src, run_cfg, lam, value)
             else:
-                out = await shims.acall_with_config(lam, _lambda_body(lam, m.inline), value, run_cfg)
-            if not isinstance(out, Runnable):
+                out = await routing.call_lambda(
+                    lam, lambda body: shims.acall_with_config(lam, body, value, run_cfg),
+                    _lambda_body(lam, m.inline), sync=False)
+            if not isinstance(out, routing.RoutedRun):
                 return out
-            limit = run_cfg["recursion_limit"]
-            if limit <= 0:
-                raise RecursionError(f"Recursion limit reached when invoking {lam} with input {value}.")
-            return self._expand(name_box[0], out, src, patch_config(run_cfg, recursion_limit=limit - 1))
+            # the routed runnable runs inside the lambda's run, as stock's RunnableLambda invokes it
+            self.run.open_runs.append(out)
+            cfg = patch_config(run_cfg, callbacks=out.callbacks, recursion_limit=out.recursion_limit)
+            return _end_routed(self._expand(name_box[0], out.runnable, src, cfg), out, self.run, name_box[0])
 
         name_box.append(self.build(Route(call, m.label(), takes_ctx=True, cost=COST["lambda"]), {"value": src},
                                    "lambda"))
@@ -312,6 +319,13 @@ class Lowerer(GraphBuilder):
             if follow is not None:
                 self.progress[name_box[0]] = follow
         return name_box[0]
+
+    def _expand_routed(self, parent: str, out: Any, src: str, run_cfg: RunnableConfig, lam: Any, value: Any) -> Expand:
+        """A runnable a lambda returned under a stream (its run already ended), run after it."""
+        limit = run_cfg["recursion_limit"]
+        if limit <= 0:
+            raise RecursionError(f"Recursion limit reached when invoking {lam} with input {value}.")
+        return self._expand(parent, out, src, patch_config(run_cfg, recursion_limit=limit - 1))
 
     def _expand(self, parent: str, runnable: Any, src: str, cfg: RunnableConfig) -> Expand:
         """Capture ``runnable`` now that it is known and grow the graph with its nodes."""
@@ -457,6 +471,18 @@ def _lambda_body_sync(lam: Any) -> Callable[..., Any]:
         return call_func_with_variable_args(lam.func, value, config, run_manager)
 
     return body
+
+
+def _end_routed(expansion: Expand, routed: routing.RoutedRun, call: ChainCall, parent: str) -> Expand:
+    """Append a node that hands the routed runnable's value to the lambda's open run (which ends with it)."""
+
+    async def end(ctx: Any, value: Any) -> Any:
+        call.open_runs.remove(routed)
+        return await routed.end(value)
+
+    g = Graph()
+    name = Transform(end, "lambda", takes_ctx=True).build(g, f"{parent}/end", {"value": expansion.output})
+    return Expand(nodes=[*expansion.nodes, *g.nodes.values()], output=name)
 
 
 def _close_run(expansion: Expand, run_manager: Any, parent: str) -> Expand:

@@ -61,6 +61,17 @@ def lambda_last(server: FakeOpenAIServer) -> tuple[Any, Any]:
     return chain, "what is x?"
 
 
+def routing(server: FakeOpenAIServer) -> tuple[Any, Any]:
+    # a routing function: stock invokes the runnable it returns inside the lambda's run
+    answer = PROMPT | fake_chat(server) | StrOutputParser()
+
+    def route(d: dict) -> Any:
+        return answer if d["question"] else RunnableLambda(lambda _: "no question")
+
+    chain = {"context": RunnableLambda(fetch) | fmt, "question": RunnablePassthrough()} | RunnableLambda(route)
+    return chain, "what is x?"
+
+
 _IDS = re.compile(r"(lc_run--|run-)[0-9a-f-]{36}")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -92,7 +103,7 @@ async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list
 
 
 @pytest.mark.parametrize("version", ["v2", "v1"])
-@pytest.mark.parametrize("build", [dict_first, assign_first, nested, lambda_last])
+@pytest.mark.parametrize("build", [dict_first, assign_first, nested, lambda_last, routing])
 def test_astream_events_are_stocks_run_by_run(build: Any, version: str) -> None:
     server = FakeOpenAIServer()
     stock, x = build(server)

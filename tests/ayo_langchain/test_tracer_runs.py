@@ -21,7 +21,16 @@ from langchain_core.tracers.schemas import Run
 
 import ayo_langchain
 from tests.ayo_langchain.lc_helpers import FakeOpenAIServer, fake_chat
-from tests.ayo_langchain.test_event_stream import PROMPT, _plain, assign_first, dict_first, fetch, fmt, nested
+from tests.ayo_langchain.test_event_stream import (
+    PROMPT,
+    _plain,
+    assign_first,
+    dict_first,
+    fetch,
+    fmt,
+    nested,
+    routing,
+)
 
 
 class TreeTracer(BaseTracer):
@@ -60,7 +69,7 @@ def traced(chain: Any, x: Any, how: str) -> list[tuple]:
     return tree(tracer.roots[0])
 
 
-SHAPES = {"dict_first": dict_first, "assign_first": assign_first, "nested": nested}
+SHAPES = {"dict_first": dict_first, "assign_first": assign_first, "nested": nested, "routing": routing}
 
 
 @pytest.mark.parametrize("how", ["invoke", "ainvoke", "stream"])
@@ -87,6 +96,29 @@ def test_a_failing_step_ends_the_tree_as_stocks() -> None:
         return [(r[0], r[1], r[6].splitlines()[0] if r[6] else None) for r in tree(tracer.roots[0])]
 
     assert failed(ayo_langchain.optimize(chain)) == failed(chain)
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke"])
+def test_a_failing_routed_runnable_ends_the_routing_lambdas_run_as_stocks(how: str) -> None:
+    def boom(_: Any) -> str:
+        raise ValueError("no documents")
+
+    routed = PROMPT | fake_chat(FakeOpenAIServer()) | StrOutputParser() | RunnableLambda(boom)
+    chain = {"context": RunnableLambda(fetch) | fmt, "question": RunnablePassthrough()} \
+        | RunnableLambda(lambda d: routed)
+
+    def failed(runnable: Any) -> list[tuple]:
+        tracer = TreeTracer()
+        with pytest.raises(ValueError, match="no documents"):
+            if how == "invoke":
+                runnable.invoke("q", {"callbacks": [tracer]})
+            else:
+                asyncio.run(runnable.ainvoke("q", {"callbacks": [tracer]}))
+        return [(r[0], r[1], r[6].splitlines()[0] if r[6] else None) for r in tree(tracer.roots[0])]
+
+    want = failed(chain)
+    assert any(row[0][-1] == "RunnableLambda" and row[2] for row in want)  # the lambda's run ends with the error
+    assert failed(ayo_langchain.optimize(chain)) == want
 
 
 def test_with_listeners_get_stocks_runs() -> None:
