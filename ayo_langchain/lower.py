@@ -294,17 +294,13 @@ class Lowerer(GraphBuilder):
                     if self.run.streaming:  # stock's sync stream calls transform, which words it differently
                         return await asyncio.to_thread(_transform_once, lam, value, run_cfg)
                     return await asyncio.to_thread(lam.invoke, value, run_cfg)
-                out = await routing.call_lambda(
-                    lam, lambda body: asyncio.to_thread(shims.call_with_config, lam, body, value, run_cfg),
-                    _lambda_body_sync(lam), sync=True)
+                out = await routing.call_sync(lam, _lambda_body_sync(lam), value, run_cfg)
             elif self.streams_models():  # stock's stream runs the lambda's transform: its run streams the value
                 out = await shims.atransform_with_config(lam, _lambda_body(lam, m.inline), value, run_cfg)
                 if isinstance(out, Runnable):
                     return self._expand_routed(name_box[0], out, src, run_cfg, lam, value)
             else:
-                out = await routing.call_lambda(
-                    lam, lambda body: shims.acall_with_config(lam, body, value, run_cfg),
-                    _lambda_body(lam, m.inline), sync=False)
+                out = await routing.call_async(lam, _lambda_body(lam, m.inline), value, run_cfg)
             if not isinstance(out, routing.RoutedRun):
                 return out
             # the routed runnable runs inside the lambda's run, as stock's RunnableLambda invokes it

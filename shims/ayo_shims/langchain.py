@@ -93,6 +93,37 @@ def call_with_config(runnable: Any, func: Callable[..., Any], value: Any, config
     return runnable._call_with_config(func, value, config)
 
 
+def call_with_config_open(runnable: Any, func: Callable[..., Any], value: Any, config: Any,
+                          keep_open: Callable[[Any], bool]) -> tuple[Any, Any]:
+    """:func:`call_with_config`, except that an output ``keep_open`` accepts leaves the run open:
+    ``(output, run_manager)`` then, ``(output, None)`` once the run has ended. A mirror of
+    ``Runnable._call_with_config`` (same run, config context and error reporting), for a routing
+    lambda whose returned runnable runs in the run before it ends (``ayo_langchain.routing``)."""
+    from langchain_core.runnables.config import (
+        call_func_with_variable_args,
+        ensure_config,
+        get_callback_manager_for_config,
+        patch_config,
+        set_config_context,
+    )
+
+    config = ensure_config(config)
+    run_manager = get_callback_manager_for_config(config).on_chain_start(
+        None, value, run_type=None, name=config.get("run_name") or runnable.get_name(),
+        run_id=config.pop("run_id", None))
+    try:
+        child_config = patch_config(config, callbacks=run_manager.get_child())
+        with set_config_context(child_config) as context:
+            output = context.run(call_func_with_variable_args, func, value, config, run_manager)
+    except BaseException as e:
+        run_manager.on_chain_error(e)
+        raise
+    if keep_open(output):
+        return output, run_manager
+    run_manager.on_chain_end(output)
+    return output, None
+
+
 async def acall_with_config(runnable: Any, func: Callable[..., Any], value: Any, config: Any) -> Any:
     """``await func(value, run_manager, config)`` under the chain run ``runnable`` opens for itself."""
     return await runnable._acall_with_config(func, value, config)

@@ -139,3 +139,14 @@ def test_with_listeners_get_stocks_runs() -> None:
     got: list[tuple] = []
     ayo_langchain.optimize(chain_with_listeners(got)).invoke("what is x?")
     assert got == want and len(want) == 4
+
+
+def test_many_routing_lambdas_at_once_under_a_sync_batch_all_finish() -> None:
+    """Under ``invoke``/``batch`` no worker thread waits for a routed runnable (whose own sync steps
+    need worker threads): more routed calls than Ayo's loop has workers all finish, as stock's."""
+    from ayo_core.runtime.bridge import WORKERS
+
+    routed = RunnableLambda(str.upper) | RunnableLambda(lambda s: f"{s}!")
+    chain = RunnableLambda(str.strip) | RunnableLambda(lambda s: routed)
+    inputs = [f" q{i} " for i in range(WORKERS + 8)]
+    assert ayo_langchain.optimize(chain).batch(inputs) == chain.batch(inputs)
