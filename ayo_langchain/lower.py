@@ -318,10 +318,8 @@ class Lowerer(GraphBuilder):
 
     def _expand_routed(self, parent: str, out: Any, src: str, run_cfg: RunnableConfig, lam: Any, value: Any) -> Expand:
         """A runnable a lambda returned under a stream (its run already ended), run after it."""
-        limit = run_cfg["recursion_limit"]
-        if limit <= 0:
-            raise RecursionError(f"Recursion limit reached when invoking {lam} with input {value}.")
-        return self._expand(parent, out, src, patch_config(run_cfg, recursion_limit=limit - 1))
+        routing.check_depth(lam, value, out, run_cfg)
+        return self._expand(parent, out, src, patch_config(run_cfg, recursion_limit=run_cfg["recursion_limit"] - 1))
 
     def _expand(self, parent: str, runnable: Any, src: str, cfg: RunnableConfig) -> Expand:
         """Capture ``runnable`` now that it is known and grow the graph with its nodes."""

@@ -36,19 +36,11 @@ class RoutedRun:
     runnable: Any
     callbacks: Any  # the lambda run's child callback manager: the routed runnable's parent
     recursion_limit: int
-    finish: Callable[[Any], Awaitable[Any]]  # ends the run with the routed value; returns it
-    abort: Callable[[BaseException], Awaitable[None]]  # ends the run with the query's error
-
-    async def end(self, value: Any) -> Any:
-        """The routed runnable's value: the lambda's run ends with it."""
-        return await self.finish(value)
-
-    async def fail(self, error: BaseException) -> None:
-        """The query failed while the lambda's run was open: it ends with the error, as stock's."""
-        await self.abort(error)
+    end: Callable[[Any], Awaitable[Any]]  # ends the run with the routed runnable's value; returns it
+    fail: Callable[[BaseException], Awaitable[None]]  # ends the run with the query's error, as stock's
 
 
-def _check_depth(lam: Any, value: Any, out: Any, config: RunnableConfig) -> None:
+def check_depth(lam: Any, value: Any, out: Any, config: RunnableConfig) -> None:
     if isinstance(out, Runnable) and config["recursion_limit"] <= 0:  # RunnableLambda's own check, in its run
         raise RecursionError(f"Recursion limit reached when invoking {lam} with input {value}.")
 
@@ -64,7 +56,7 @@ async def call_async(lam: Any, body: Body, value: Any, config: RunnableConfig) -
         out = await body(value, run_manager, config)
         if not isinstance(out, Runnable):
             return out
-        _check_depth(lam, value, out, config)
+        check_depth(lam, value, out, config)
         handed.set_result((out, run_manager.get_child(), config["recursion_limit"] - 1))
         return await routed_value  # the run _acall_with_config opened ends with the routed output
 
@@ -99,7 +91,7 @@ async def call_sync(lam: Any, body: Body, value: Any, config: RunnableConfig) ->
 
     def checked_body(value: Any, run_manager: Any, config: RunnableConfig) -> Any:
         out = body(value, run_manager, config)
-        _check_depth(lam, value, out, config)
+        check_depth(lam, value, out, config)
         return out
 
     out, run_manager = await asyncio.to_thread(
