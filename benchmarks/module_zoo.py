@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -69,18 +70,46 @@ QUESTIONS = ["How do I turn Python objects into JSON?", "How can a list stay sor
              "How do I count things in Python?", "How do I parse command line options?"]
 
 Pipeline = tuple[Callable[[str], Any], Callable[[str], Any], Callable[[Any], Any]]  # stock, fast, comparable
+# With --deployment: the emulator's URL, where both sides embed (the frameworks' OpenAI-compatible
+# embedding classes), as ``ayo compare --deployment`` builds its apps; empty: HuggingFace in-process.
+EMBED_URL = ""
+EMBED_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def _li_embedding() -> Any:
+    """LlamaIndex's embedding model: ``OpenAILikeEmbedding`` at ``EMBED_URL`` when set, else HuggingFace on CPU."""
+    if EMBED_URL:
+        from llama_index.embeddings.openai_like import OpenAILikeEmbedding
+
+        return OpenAILikeEmbedding(model_name=EMBED_MODEL_NAME, api_base=EMBED_URL, api_key="unused")
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    from ayo_core.models import embedding_model_path
+
+    return HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
+
+
+def _lc_embeddings() -> Any:
+    """LangChain's embeddings: ``OpenAIEmbeddings`` at ``EMBED_URL`` when set, else HuggingFace on CPU."""
+    if EMBED_URL:
+        from langchain_openai import OpenAIEmbeddings
+
+        return OpenAIEmbeddings(model=EMBED_MODEL_NAME, base_url=EMBED_URL, api_key="unused",
+                                check_embedding_ctx_length=False)
+    from langchain_huggingface import HuggingFaceEmbeddings
+
+    from ayo_core.models import embedding_model_path
+
+    return HuggingFaceEmbeddings(model_name=str(embedding_model_path()))
 
 
 def llamaindex_pipeline(url: str, mode: str, k: int, max_tokens: int) -> Pipeline:
     from llama_index.core import Document, VectorStoreIndex
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.llms.openai_like import OpenAILike
 
     import ayo_llamaindex
-    from ayo_core.models import embedding_model_path
 
-    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
-    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed)
+    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=_li_embedding())
     window = 200 if mode == "compact_accumulate" else 3900
     llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
                      max_tokens=max_tokens, context_window=window)
@@ -93,12 +122,9 @@ def _store_and_llm(url: str, max_tokens: int) -> tuple[Any, Any]:
     """The Chroma store of ``TEXTS`` (stock HuggingFace embeddings) and the chat model both compressors use."""
     import chromadb
     from langchain_chroma import Chroma
-    from langchain_huggingface import HuggingFaceEmbeddings
     from langchain_openai import ChatOpenAI
 
-    from ayo_core.models import embedding_model_path
-
-    embeddings = HuggingFaceEmbeddings(model_name=str(embedding_model_path()))
+    embeddings = _lc_embeddings()
     client = chromadb.PersistentClient(path=tempfile.mkdtemp(prefix="ayo-zoo-"))
     store = Chroma(collection_name="zoo", embedding_function=embeddings, client=client)
     store.add_texts(TEXTS, ids=[f"t{i}" for i in range(len(TEXTS))])
@@ -141,14 +167,11 @@ def hyde_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
     from llama_index.core import Document, VectorStoreIndex
     from llama_index.core.indices.query.query_transform import HyDEQueryTransform
     from llama_index.core.query_engine import TransformQueryEngine
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.llms.openai_like import OpenAILike
 
     import ayo_llamaindex
-    from ayo_core.models import embedding_model_path
 
-    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
-    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed)
+    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=_li_embedding())
     llm = OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
                      max_tokens=max_tokens)
     stock = TransformQueryEngine(index.as_query_engine(llm=llm, similarity_top_k=k), HyDEQueryTransform(llm=llm))
@@ -170,14 +193,10 @@ def hyde_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
 
 
 def _li_models(url: str, max_tokens: int) -> tuple[Any, Any]:
-    """The embedding model (stock HuggingFace on CPU) and the LLM (``OpenAILike`` on ``url``) a LlamaIndex module uses."""
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    """The embedding model (``_li_embedding``) and the LLM (``OpenAILike`` on ``url``) a LlamaIndex module uses."""
     from llama_index.llms.openai_like import OpenAILike
 
-    from ayo_core.models import embedding_model_path
-
-    embed = HuggingFaceEmbedding(model_name=str(embedding_model_path()), device="cpu")
-    return embed, OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
+    return _li_embedding(), OpenAILike(model=MODEL, api_base=url, api_key="none", is_chat_model=True, temperature=0.0,
                              max_tokens=max_tokens)
 
 
@@ -250,13 +269,27 @@ def timed(call: Callable[[str], Any], question: str) -> tuple[float, Any]:
     return time.perf_counter() - start, out
 
 
-def run_pairs(name: str, pipeline: Pipeline, n: int, seed: int) -> dict[str, Any]:
+def record_pass(stock: Callable[[str], Any], fast: Callable[[str], Any], questions: list[str],
+                deployment: Any) -> dict[str, Any]:
+    """On an emulated deployment: every question once per side, untimed, with every request the emulator's
+    store cannot answer sent to the real engines and stored (``ayo_bench.deployment``): the answers
+    the timed replay serves. Returns the emulator's counters before the timed pairs."""
+    deployment.emulator.set_mode("replay")
+    for q in questions:
+        stock(q)
+        fast(q)
+    return deployment.emulator.set_mode(deployment.timed_mode)
+
+
+def run_pairs(name: str, pipeline: Pipeline, n: int, seed: int, deployment: Any = None) -> dict[str, Any]:
     stock, fast, comparable = pipeline
+    questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(n)]
+    before = record_pass(stock, fast, sorted(set(questions)), deployment) if deployment is not None else None
     timed(stock, QUESTIONS[0])  # warm-up: model loads, first requests, shapes cached
     timed(fast, QUESTIONS[0])
     ratios, rows = [], []
     for i, first in enumerate(stats.first_sides(n, ("stock", "ayo"), seed=seed)):
-        q = QUESTIONS[i % len(QUESTIONS)]
+        q = questions[i]
         sides = {"stock": stock, "ayo": fast}
         order = [first, "ayo" if first == "stock" else "stock"]
         results = {side: timed(sides[side], q) for side in order}
@@ -266,14 +299,19 @@ def run_pairs(name: str, pipeline: Pipeline, n: int, seed: int) -> dict[str, Any
         ratios.append(ratio)
         rows.append(f"  pair {i} ({first} first): stock {results['stock'][0]:.2f} s, ayo {results['ayo'][0]:.2f} s, "
                     f"ratio {ratio:.2f}x")
-    print(f"{name}:")
+    print(f"{name}:" + (f" (EMULATED: {deployment.profile.name} {deployment.profile.content_hash[:10]})"
+                        if deployment is not None and deployment.timed_mode == "replay" else ""))
     print("\n".join(rows))
     interval = stats.ratio_interval(ratios)
     spread = f", geomean {interval.geomean:.2f}x [{interval.low:.2f}-{interval.high:.2f}]" if interval else ""
     print(f"  median ratio stock/ayo {statistics.median(ratios):.2f}x over {len(ratios)} pairs{spread}")
-    return {"module": name, "pairs": rows, "ratios": ratios, "median": statistics.median(ratios),
-            "geomean": interval.geomean if interval else None, "ci95_low": interval.low if interval else None,
-            "ci95_high": interval.high if interval else None, "identical": len(ratios)}
+    result = {"module": name, "pairs": rows, "ratios": ratios, "median": statistics.median(ratios),
+              "geomean": interval.geomean if interval else None, "ci95_low": interval.low if interval else None,
+              "ci95_high": interval.high if interval else None, "identical": len(ratios)}
+    if before is not None:  # requests the record pass did not see, proxied to the real engines while timed
+        result["timed_requests"] = deployment.misses_since(before)
+        print(f"  emulator during the timed pairs: {result['timed_requests']}")
+    return result
 
 
 def map_pipeline(url: str, k: int, max_tokens: int) -> Pipeline:
@@ -311,11 +349,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, help="also write the figures (with provenance) as JSON here")
+    ap.add_argument("--deployment", metavar="PROFILE",
+                    help="both sides on an emulated deployment (`ayo emulate profiles`), as `ayo compare "
+                         "--deployment`: every figure is then emulated and labelled with the profile")
+    ap.add_argument("--emulator-mode", choices=["replay", "proxy"], default="replay",
+                    help="with --deployment: replay (the profile's timing) or proxy (the real engines, real time)")
     args = ap.parse_args(argv)
     from ayo_core.engines.llm_server import serve_llm
 
+    global EMBED_URL
     given = bool(os.environ.get("AYO_LLM_URL"))
-    with serve_llm(dtype="float32") as url:  # $AYO_LLM_URL as is, else a server Ayo starts and stops
+    with ExitStack() as stack:
+        llm_url = url = stack.enter_context(serve_llm(dtype="float32"))  # $AYO_LLM_URL as is, else Ayo's server
+        deployment = None
+        if args.deployment:
+            from ayo_bench.deployment import emulated_deployment
+
+            deployment = stack.enter_context(emulated_deployment(args.deployment, llm_url, MODEL, args.emulator_mode))
+            url = EMBED_URL = deployment.emulator.base_url
         results = []
         for name in args.modules.split(","):
             if name in ("accumulate", "compact_accumulate"):
@@ -324,14 +375,16 @@ def main(argv: list[str] | None = None) -> int:
                 pipeline = BUILDERS[name](url, args.k, args.max_tokens)
             else:
                 ap.error(f"unknown module {name!r}: use accumulate, compact_accumulate or one of {sorted(BUILDERS)}")
-            results.append(run_pairs(name, pipeline, args.pairs, args.seed))
+            results.append(run_pairs(name, pipeline, args.pairs, args.seed, deployment))
         if args.out is not None:
             from ayo_bench import provenance
 
-            report = {"provenance": provenance.collect(url, started_by_ayo=not given, dtype="float32",
+            report = {"provenance": provenance.collect(llm_url, started_by_ayo=not given, dtype="float32",
                                                        outputs=(args.out,)),
                       "command": provenance.portable(" ".join(["benchmarks/module_zoo.py", *(argv or sys.argv[1:])])),
                       "k": args.k, "max_tokens": args.max_tokens, "seed": args.seed, "modules": results}
+            if deployment is not None:
+                report["deployment"] = deployment.describe()
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
             print(f"wrote {args.out}")
