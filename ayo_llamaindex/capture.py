@@ -16,6 +16,7 @@ from llama_index.core.query_engine import CitationQueryEngine, RetrieverQueryEng
 
 from ayo_core.introspect import overrides_reason
 from ayo_core.modules import OPAQUE, BoundModule, ModuleGraph
+from ayo_llamaindex import cross_encoder
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.postprocess import postprocessor_kind
@@ -48,13 +49,24 @@ class RetrieverPlan:
 @dataclass
 class PostprocessorPlan:
     obj: Any
-    kind: str  # llm_rerank | structured_rerank | local | opaque
+    kind: str  # llm_rerank | structured_rerank | cross_encoder | local | opaque
     reason: str = ""
     llm: LLMBinding | None = None
+    batched: bool = False  # cross_encoder: its predict serves concurrent queries in one forward pass
 
     @property
     def template(self) -> str:
-        return {"llm_rerank": "Rerank", "local": "Transform", "structured_rerank": "Transform"}.get(self.kind, "Opaque")
+        return {"llm_rerank": "Rerank", "local": "Transform", "structured_rerank": "Transform",
+                "cross_encoder": "LocalRerank"}.get(self.kind, "Opaque")
+
+    @property
+    def detail(self) -> str:
+        """What explain() says about how it runs (LLMRerank's batches, a cross-encoder's batching)."""
+        if self.llm is not None:
+            return f"llm={binding_label(self.llm)} batch={self.obj.choice_batch_size} top_n={self.obj.top_n}"
+        if self.kind == "cross_encoder":
+            return cross_encoder.NOTE if self.batched else self.reason
+        return ""
 
 
 @dataclass
@@ -144,10 +156,14 @@ def capture_retriever(retriever: Any) -> RetrieverPlan:
     return RetrieverPlan(retriever, "opaque", reason)
 
 
-def capture_postprocessor(pp: Any) -> PostprocessorPlan:
+def capture_postprocessor(pp: Any, batch_cross_encoder: bool = False) -> PostprocessorPlan:
+    """``batch_cross_encoder``: a ``SentenceTransformerRerank`` whose predict can be merged is (reason: why not)."""
     kind, reason = postprocessor_kind(pp)
     if kind == "llm_rerank":
         return PostprocessorPlan(pp, kind, llm=LLMBinding(pp.llm))
+    if kind == "cross_encoder" and batch_cross_encoder:
+        reason = cross_encoder.not_batchable_reason(pp)
+        return PostprocessorPlan(pp, kind, reason, batched=not reason)
     return PostprocessorPlan(pp, kind, reason)
 
 
@@ -173,15 +189,17 @@ def _engine_kind(query_engine: Any) -> tuple[str, str]:
     return "retriever_query_engine", ""
 
 
-def capture_query_engine(query_engine: Any) -> QueryEnginePlan:
-    """The plan for ``query_engine``; unknown engines become one opaque module."""
+def capture_query_engine(query_engine: Any, batch_cross_encoder: bool = False) -> QueryEnginePlan:
+    """The plan for ``query_engine``; unknown engines become one opaque module. ``batch_cross_encoder``:
+    ``Options.batch_cross_encoder`` (see :func:`capture_postprocessor`)."""
     kind, reason = _engine_kind(query_engine)
     if kind == "opaque":
         return QueryEnginePlan(query_engine, "opaque", reason)
     return QueryEnginePlan(
         query_engine, kind,
         retriever=capture_retriever(shim.engine_retriever(query_engine)),
-        postprocessors=[capture_postprocessor(pp) for pp in shim.engine_postprocessors(query_engine)],
+        postprocessors=[capture_postprocessor(pp, batch_cross_encoder)
+                        for pp in shim.engine_postprocessors(query_engine)],
         synthesizer=capture_synthesizer(shim.engine_synthesizer(query_engine)),
     )
 
@@ -192,8 +210,7 @@ def module_graph(plan: QueryEnginePlan) -> ModuleGraph:
         return ModuleGraph(BoundModule("query_engine", OPAQUE, plan.obj, plan.reason))
     children = [_retriever_module(plan.retriever)]
     for i, pp in enumerate(plan.postprocessors):
-        detail = f"llm={binding_label(pp.llm)} batch={pp.obj.choice_batch_size} top_n={pp.obj.top_n}" if pp.llm else ""
-        children.append(BoundModule(f"postprocessor[{i}]", pp.template, pp.obj, pp.reason, detail=detail))
+        children.append(BoundModule(f"postprocessor[{i}]", pp.template, pp.obj, pp.reason, detail=pp.detail))
     if plan.kind == "citation_query_engine":
         children.append(BoundModule("citations", "Transform", plan.obj,
                                     detail="the engine's own _create_citation_nodes (numbered sources)"))

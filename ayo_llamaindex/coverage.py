@@ -74,6 +74,11 @@ POSTPROCESSOR_WHY = {
                   "the batches, prompts and parsing are the reranker's own",
     "local": "local work: the user's object runs in one node of the graph (recognized through the MRO, so a "
              "subclass is a local node too)",
+    "cross_encoder": "local work: the user's object runs in one node (LocalRerank); with "
+                     "Options(batch_cross_encoder=True) the CrossEncoder.predict its own _postprocess_nodes makes "
+                     "serves concurrent queries in one forward pass of the user's model (a score may then move in "
+                     "its last float bit, so off by default); a subclass overriding its postprocess methods, or a "
+                     "model overriding predict, runs alone",
     "structured_rerank": "its structured-output calls stay its LLM's own (function calling or a parsed "
                          "completion), in one node; under query() its batches' calls run together (stock: one "
                          "after another), under aquery() its own async path, concurrent as in stock",
@@ -208,7 +213,7 @@ def postprocessor_rows() -> list[CoverageRow]:
     for cls in exported_classes(li_postprocessors, BaseNodePostprocessor):
         pp = probe(cls)
         kind, reason = postprocess.postprocessor_kind(pp)
-        if kind == "local":  # the registry read at call time, as the lowering reads it
+        if kind in ("local", "cross_encoder"):  # the registry read at call time, as the lowering reads it
             template = postprocess.LOCAL_TEMPLATES.find(pp).__name__
         else:
             template = PostprocessorPlan(pp, kind).template

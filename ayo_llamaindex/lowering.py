@@ -36,6 +36,7 @@ from typing import Any
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.schema import QueryBundle
 
+from ayo_core.explain import record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overridden
 from ayo_core.runtime.caller import CALLER_LOOP, call_stock
@@ -54,6 +55,7 @@ from ayo_core.templates import (
 )
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
 from ayo_llamaindex import (
+    cross_encoder,
     events,
     postprocess,
     prefill,
@@ -359,6 +361,9 @@ def lower_postprocessor(g: Graph, plan: PostprocessorPlan, assign: EngineAssignm
     module = f"postprocessor[{name[4:]}]"
     if plan.kind != "llm_rerank":
         step = postprocess.structured_rerank if plan.kind == "structured_rerank" else postprocess.local_postprocess
+        if plan.batched:  # a cross-encoder's predict merged with concurrent queries' (Options.batch_cross_encoder)
+            step = cross_encoder.batched_step(pp)
+            record_optimization(g, "cross_encoder_batching", name, cross_encoder.NOTE)
 
         async def run(ctx: Any, query: QueryBundle, nodes: list) -> Any:
             return await step(pp, nodes, query)

@@ -6,8 +6,15 @@ each batch independently; stock ``query()`` asks one batch after another. Lowere
 batch's request is issued at once (the engine batches them), built by the reranker's
 own ``_get_node_batches`` / ``_get_predict_kwargs`` / ``choice_select_prompt`` and parsed
 by its own ``_parse_raw_response`` (``parse_choice_select_answer_fn``). Other
-postprocessors (``SimilarityPostprocessor``, ``SentenceTransformerRerank``, custom
-ones) run the user's object: their work is local, and nothing about them is re-typed.
+postprocessors (``SimilarityPostprocessor``, custom ones) run the user's object: their work is
+local, and nothing about them is re-typed.
+
+``SentenceTransformerRerank`` runs the user's object too, in one RERANK node. With
+``Options(batch_cross_encoder=True)`` the one ``CrossEncoder.predict`` its own ``_postprocess_nodes``
+makes is served together with the predicts of concurrent queries of the same model, in one forward
+pass (``ayo_llamaindex.cross_encoder``); off by default, since a merged pass may change a score in
+its last float bit. A subclass overriding its postprocess methods, or a model overriding
+``predict``, runs alone.
 
 ``StructuredLLMRerank`` asks for structured output (its LLM's own program: function calling
 or a parsed completion), so its calls stay the user's LLM's; but its sync path asks one batch
@@ -57,7 +64,10 @@ LOCAL_TEMPLATES.register(SentenceTransformerRerank)(LocalRerank)
 
 
 def postprocessor_kind(pp: Any) -> tuple[str, str]:
-    """``("llm_rerank" | "structured_rerank" | "local" | "opaque", note)``."""
+    """``("llm_rerank" | "structured_rerank" | "cross_encoder" | "local" | "opaque", note)``.
+
+    ``cross_encoder`` (a ``SentenceTransformerRerank``, subclasses too) is a local node whose predict
+    may be batched across queries (``capture.capture_postprocessor`` decides, from the options)."""
     if isinstance(pp, LLMRerank):
         if over := overrides_reason(pp, LLMRerank, _RERANK_MIRRORED):
             return "opaque", over
@@ -66,6 +76,8 @@ def postprocessor_kind(pp: Any) -> tuple[str, str]:
         if over := overrides_reason(pp, StructuredLLMRerank, shim.STRUCTURED_RERANK_MIRRORED):
             return "opaque", over
         return "structured_rerank", ""
+    if isinstance(pp, SentenceTransformerRerank):
+        return "cross_encoder", ""
     if LOCAL_TEMPLATES.find(pp) is not None:
         return "local", ""
     return "opaque", f"{type(pp).__name__} is a postprocessor Ayo does not lower (called as-is)"

@@ -60,7 +60,7 @@ class OptimizedQueryEngine(BaseQueryEngine):
 
     # -- what the pipeline is made of (a composed engine names its own) --------------------------
     def capture_plan(self, query_engine: BaseQueryEngine) -> tuple[QueryEnginePlan, EngineAssignment]:
-        plan = capture_query_engine(query_engine)
+        plan = capture_query_engine(query_engine, self._options.batch_cross_encoder)
         return plan, assign_engines(plan.llm_bindings(), plan.embed_bindings())
 
     @staticmethod

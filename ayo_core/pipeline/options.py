@@ -11,7 +11,8 @@ class Options:
     """What ``optimize(..., **options)`` takes, in either adapter (defaults are what the benchmarks use).
 
     A knob an adapter has nothing for is ignored there (the LlamaIndex query engines read ``policy``,
-    ``passes``, ``timeout`` and ``llm_inflight``; LangChain chains all of them).
+    ``passes``, ``timeout``, ``llm_inflight`` and ``batch_cross_encoder``; LangChain chains all but
+    ``batch_cross_encoder``).
     """
 
     policy: str = "critical_path"  # the engine schedulers' policy (ayo_core.runtime.policies.POLICIES)
@@ -25,6 +26,9 @@ class Options:
     progressive_prefill: bool = True  # warm the answer prompt as pipelined retrieval's documents arrive
     warmup_max_busy: int = 4  # no warm-up while this many LLM requests of the runtime are running
     exact_embeddings: bool = False  # True: embed each query alone (bit-identical vectors, no cross-query batching)
+    # True: a cross-encoder reranker's predict serves concurrent queries in one forward pass (LlamaIndex
+    # SentenceTransformerRerank); a score may then differ from stock's in its last float bit, so off by default
+    batch_cross_encoder: bool = False
 
     def pass_list(self) -> Sequence[str] | None:
         """``passes`` as :func:`ayo_core.passes.optimize_graph` takes them (None: all; []: none)."""

@@ -36,6 +36,8 @@ from ayo_shims.llamaindex_versions import (  # noqa: F401 - re-exported: the nam
     INSTRUMENTATION_CHECKED,
     OPENAI_LLM,
     OPENAI_LLM_CHECKED,
+    SBERT,
+    SBERT_CHECKED,
     mirrored,
 )
 from ayo_shims.touchpoints import all_of, declare, has_attr, has_private_attr, importable
@@ -443,6 +445,47 @@ def structured_rerank(postprocessor: Any, nodes: list[Any], query_bundle: Any,
         event.on_end(payload={EventPayload.NODES: reranked})
     importlib.import_module(_STRUCTURED_RERANK).dispatcher.event(ReRankEndEvent(nodes=reranked))
     return reranked
+
+
+# -- node postprocessors (SentenceTransformerRerank) -------------------------------------------
+
+_SBERT_RERANK = "llama_index.core.postprocessor.sbert_rerank"
+declare(f"{_SBERT_RERANK}.SentenceTransformerRerank._model", framework=CORE, checked=CORE_CHECKED,
+        why="the reranker's loaded CrossEncoder is the model whose predict batches the pairs of concurrent queries",
+        check=has_private_attr(_SBERT_RERANK, "SentenceTransformerRerank", "_model"))
+# its own code runs (events, scores, sort, cut); only the predict it calls is served merged: a subclass
+# overriding one of these may call predict otherwise, so it runs alone as before
+SBERT_RERANK_CALLED = mirrored(_SBERT_RERANK, "SentenceTransformerRerank", (
+    "postprocess_nodes", "_postprocess_nodes", "apostprocess_nodes", "_apostprocess_nodes"),
+    why="its own _postprocess_nodes runs; the CrossEncoder.predict it calls serves concurrent queries in one "
+        "forward pass")
+_CROSS_ENCODER = "sentence_transformers"  # the public name: the class's own module moved between releases
+declare(f"{_CROSS_ENCODER}.CrossEncoder.predict (wrapt)", framework=SBERT, checked=SBERT_CHECKED,
+        why="a SentenceTransformerRerank's predict call inside an optimized query joins the pairs of concurrent "
+            "queries in one call (inert elsewhere)",
+        check=has_attr(_CROSS_ENCODER, "CrossEncoder", "predict"))
+
+
+def sbert_rerank_model(postprocessor: Any) -> Any:
+    """The ``CrossEncoder`` a ``SentenceTransformerRerank`` loaded (None when it has none)."""
+    return getattr(postprocessor, "_model", None)
+
+
+def cross_encoder_class() -> type:
+    from sentence_transformers import CrossEncoder
+
+    return CrossEncoder
+
+
+def wrap_cross_encoder_predict(hook: Callable[[Any, Callable[..., Any], tuple, dict], Any]) -> None:
+    """``CrossEncoder.predict`` calls go through ``hook(model, wrapped, args, kwargs)``, which calls
+    ``wrapped(*args, **kwargs)`` itself for the calls it leaves alone (call once per process)."""
+    import wrapt
+
+    def predict(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return hook(instance, wrapped, args, kwargs)
+
+    wrapt.wrap_function_wrapper(cross_encoder_class(), "predict", predict)
 
 
 # -- indexes -------------------------------------------------------------------------------

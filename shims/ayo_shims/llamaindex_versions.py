@@ -19,11 +19,14 @@ INSTRUMENTATION = "llama-index-instrumentation"
 INSTRUMENTATION_CHECKED = "0.6.x (checked 0.6.0)"
 CHROMA = "llama-index-vector-stores-chroma"
 CHROMA_CHECKED = "0.6.x (checked 0.6.0)"
+SBERT = "sentence-transformers"
+SBERT_CHECKED = "6.x (checked 6.3.0)"
 # the distributions ayo_llamaindex touches -> the module whose import means it is in use (None: always)
 FRAMEWORKS = {CORE: None, INSTRUMENTATION: None, OPENAI_LLM: "llama_index.llms.openai",
               HF_EMBED: "llama_index.embeddings.huggingface", CHROMA: "llama_index.vector_stores.chroma",
               "openai": "openai", "llama-index-workflows": None,
-              "llama-index-embeddings-openai": "llama_index.embeddings.openai"}
+              "llama-index-embeddings-openai": "llama_index.embeddings.openai",
+              SBERT: "sentence_transformers"}
 
 
 # -- methods whose stock behaviour Ayo mirrors ----------------------------------------------
