@@ -2,10 +2,11 @@
 
 ``HuggingFaceEmbedding`` -> Ayo's ``EmbeddingEngine`` on the same model folder with the
 same options (normalize, query/text instructions, max_length, device), in stock's batch
-shape (``embed_batch_size`` texts per encode, each query alone). The engine scheduler may
-still merge concurrent same-shape requests, and with one worker thread (doc-QA with
-query expansion) kernels sum in another order, so a vector can differ from stock's in
-float rounding (~1e-7): retrieval only changes on an exact near-tie.
+shape (``embed_batch_size`` texts per encode, each query alone). Such a request is never
+merged with another query's (the scheduler's ``alone_when``) and is encoded with stock's
+thread count (``ayo_core.engines.embedding``), so its vectors are stock's bit for bit: a
+``keep_retrieval_score`` postprocessor writes the score into the prompt, where a last-bit
+difference changed an answer under concurrent ``aquery`` before.
 
 ``OpenAIEmbedding`` / ``OpenAILikeEmbedding`` (a server such as TEI, vLLM or Infinity at
 ``api_base``) -> Ayo's ``RemoteEmbeddingEngine`` on that server, sending what the object sends

@@ -26,7 +26,11 @@ baseline and any other torch user), so it is never called. The worker instead se
 its *own* OpenMP thread count (``omp_set_num_threads`` is per calling thread in
 libgomp, which torch's CPU wheels use and MKL follows) to ``torch_threads`` when it
 starts; other threads keep theirs. ``torch_threads=None`` leaves it alone. One
-thread leaves the second core to vLLM; the thread count does not change the vectors.
+thread leaves the second core to vLLM for merged batches. The thread count *does* change
+some vectors in their last bits (the kernels split their sums by thread: measured on
+all-MiniLM-L6-v2, two of four short questions differ between 1 and 2 threads), so an
+exact-shape request is encoded with the thread count torch gives every other thread
+(``torch.get_num_threads()``: what the stock call in the caller's thread runs with).
 """
 
 from __future__ import annotations
@@ -135,6 +139,7 @@ class EmbeddingEngine:
         self._ready = threading.Event()
         self._model: Any = None
         self._omp_set: Any = None
+        self._stock_threads = 1  # torch.get_num_threads() once loaded (exact-shape requests run with it)
         self._error: BaseException | None = None
         self._closed = False
         self._stats = EmbeddingStats(0, 0, 0, 0, 0, 0.0)
@@ -236,13 +241,17 @@ class EmbeddingEngine:
 
     # -- worker -----------------------------------------------------------------------------------
 
-    def _pin_threads(self) -> None:
-        # Re-asserted before every batch: torch's lazy per-thread init may reset it once.
+    def _pin_threads(self, exact: bool = False) -> None:
+        # Re-asserted before every batch: torch's lazy per-thread init may reset it once. An exact-shape
+        # request runs with stock's thread count (the module doc: the count changes the sums' rounding).
         if self._omp_set is not None and self.torch_threads is not None:
-            self._omp_set(int(self.torch_threads))
+            self._omp_set(self._stock_threads if exact else int(self.torch_threads))
 
     def _load(self) -> None:
         if self.torch_threads is not None and self.device == "cpu":
+            import torch
+
+            self._stock_threads = torch.get_num_threads()  # the pool size of every thread not pinned here
             self._omp_set = _thread_local_omp_setter()
             if self._omp_set is None:
                 log.warning("%r: libgomp not found; torch_threads=%s not applied", self, self.torch_threads)
@@ -319,7 +328,7 @@ class EmbeddingEngine:
         first = batch[0][0]
         t0 = time.perf_counter()
         try:
-            self._pin_threads()
+            self._pin_threads(exact=first.batch_size is not None)
             if self._error is not None:
                 raise EmbeddingEngineError(f"{self!r} is unusable: {self._error}")
             vectors = self._model.encode(texts, batch_size=first.batch_size or len(texts), prompt=first.prompt,

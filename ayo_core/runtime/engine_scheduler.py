@@ -52,13 +52,17 @@ class SchedulerConfig:
     max_queue: int = 10_000
     merge: Mapping[str, str] = field(default_factory=dict)  # method -> name of its list parameter
     pass_priority: bool = True
+    # arguments that, when set (not None), ask the engine for one call of the request's own shape:
+    # such a request is never merged (the embedding engine's batch_size: stock's exact vectors)
+    alone_when: tuple[str, ...] = ()
 
 
 DEFAULT_CONFIGS: dict[str, SchedulerConfig] = {
     # vLLM batches internally: admit many requests and hand it priorities.
     "llm": SchedulerConfig(max_inflight=16),
     # One worker: requests arriving while it computes form the next batch.
-    "embed": SchedulerConfig(max_inflight=1, max_batch_items=64, merge={"aembed": "texts", "embed": "texts"}),
+    "embed": SchedulerConfig(max_inflight=1, max_batch_items=64, merge={"aembed": "texts", "embed": "texts"},
+                             alone_when=("batch_size",)),
     "vector": SchedulerConfig(max_inflight=4, merge={"query": "query_embeddings", "aquery": "query_embeddings"}),
 }
 
@@ -442,9 +446,12 @@ class EngineScheduler:
         if param is None or req.stream_queue is not None:
             return None
         try:
-            others = tuple(sorted((k, v) for k, v in self._bound(req).items() if k != param))
+            bound = self._bound(req)
+            others = tuple(sorted((k, v) for k, v in bound.items() if k != param))
             hash(others)
         except (TypeError, ValueError):
+            return None
+        if any(bound.get(name) is not None for name in self.config.alone_when):
             return None
         return (req.method, others)
 

@@ -52,6 +52,27 @@ def test_step_returns_a_plan_and_merges_compatible_requests():
     assert (stats.submitted, stats.finished, stats.batches, stats.merged_requests) == (3, 3, 1, 2)
 
 
+def test_a_request_asking_for_its_own_shape_is_never_merged():
+    """The embedding engine's ``batch_size`` asks for stock's exact vectors (one encode of that shape):
+    concurrent queries' requests with it run one engine call each, those without it still merge."""
+    class ShapedFake(FakeEmbedding):  # a fake engine (scheduler unit test) whose aembed takes batch_size
+        async def aembed(self, texts: list[str], batch_size: int | None = None) -> list[list[float]]:
+            return await super().aembed(texts)
+
+    s = EngineScheduler("embed", ShapedFake(), "fifo")
+    exact = [EngineRequest("embed", "aembed", ([f"q{i}"],), {"batch_size": 10}, query_id=f"q{i}") for i in range(3)]
+    loose = [req(args=([f"t{i}"],), query_id=f"l{i}") for i in range(2)]
+    for r in [*exact, *loose]:
+        s.submit_nowait(r)
+    sizes = []
+    while s.statistics().finished < 5:
+        plan = s.step_nowait()
+        for batch in plan.batches:
+            sizes.append(len(batch.requests))
+            s.finish_nowait(batch.id, [[0.0]] * sum(len(r.args[0]) for r in batch.requests))
+    assert sizes == [1, 1, 1, 2]
+
+
 def test_micro_batches_of_one_split_node_are_not_re_merged():
     s = EngineScheduler("embed", FakeEmbedding(), "fifo", SchedulerConfig(max_inflight=4, merge={"aembed": "texts"}))
     parts = [req(query_id="q", split_group="index.embed") for _ in range(3)]

@@ -118,7 +118,8 @@ def test_embedding_worker_raising_fails_only_its_query(poisoned_worker: None,
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         start = time.monotonic()
         # A good query first: while its ingest runs (slowly) the bad and the other good one queue up
-        # and their ingest embeds are merged into one call, which the poison then fails.
+        # behind it (LlamaIndex's embeds ask for stock's shape: one engine call each); the poison fails
+        # the bad one's call only.
         good = [pool.submit(fast, question, TEXTS)]
         time.sleep(0.1)
         bad = pool.submit(fast, question, [*TEXTS, f"{POISON} in this document."])

@@ -91,6 +91,18 @@ def test_matches_llamaindex_huggingface_embedding(engine):
     assert np.allclose(engine.embed([q], kind="query")[0], stock.get_query_embedding(q), atol=1e-6)
 
 
+def test_an_exact_shape_request_is_bit_identical_to_stock_in_the_callers_thread(engine):
+    """Pinned to one thread (merged batches), these questions' vectors differ from stock's (two threads,
+    the caller's) in their last bits; an exact-shape request runs with stock's thread count."""
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    stock = HuggingFaceEmbedding(model_name=str(engine.model_path))
+    questions = ["How do I turn Python objects into JSON?", "How can a list stay sorted?",
+                 "Which module implements a priority queue?", "How do I read a spreadsheet file?"]
+    for q in questions:
+        assert engine.embed([q], kind="query", batch_size=stock.embed_batch_size)[0] == stock.get_query_embedding(q)
+
+
 def test_matches_langchain_huggingface_embeddings(engine):
     from langchain_huggingface import HuggingFaceEmbeddings
 
