@@ -44,7 +44,7 @@ def optimize_chat_engine(engine: Any, policy: str = "critical_path", options: Op
     (a warning says why)."""
     from ayo_llamaindex import unsupported_message
 
-    plan, reason = capture_chat_engine(engine)
+    plan, reason = capture_chat_engine(engine, bool(options and options.batch_cross_encoder))
     if plan is None:
         log.warning("ayo_llamaindex.optimize: %s", unsupported_message(engine, reason))
         return engine

@@ -132,7 +132,7 @@ def recognize_chat_engine(engine: Any) -> tuple[str | None, str]:
                   "'condense_plus_context', 'context' and 'condense_question')")
 
 
-def capture_chat_engine(engine: Any) -> tuple[ChatEnginePlan | None, str]:
+def capture_chat_engine(engine: Any, batch_cross_encoder: bool = False) -> tuple[ChatEnginePlan | None, str]:
     """The plan of a recognized chat engine, or ``(None, reason)``."""
     mode, reason = recognize_chat_engine(engine)
     if mode is None:
@@ -143,7 +143,8 @@ def capture_chat_engine(engine: Any) -> tuple[ChatEnginePlan | None, str]:
         if isinstance(qe, RetrieverQueryEngine) and shim.synth_streaming(shim.engine_synthesizer(qe)):
             # stock flips the synthesizer's private streaming flag around each query: not mirrored
             return None, "a condense_question engine whose query engine streams (streaming=True; stock flips its flag per turn)"
-        return ChatEnginePlan(engine, mode, llm, query_engine=capture_query_engine(qe)), ""
+        return ChatEnginePlan(engine, mode, llm, query_engine=capture_query_engine(qe, batch_cross_encoder)), ""
     return ChatEnginePlan(
         engine, mode, llm, retriever=capture_retriever(chat_shim.chat_retriever(engine)),
-        postprocessors=[capture_postprocessor(pp) for pp in chat_shim.chat_postprocessors(engine)]), ""
+        postprocessors=[capture_postprocessor(pp, batch_cross_encoder)
+                        for pp in chat_shim.chat_postprocessors(engine)]), ""

@@ -236,3 +236,20 @@ def test_concurrent_queries_never_wait_for_a_window(index, reranker) -> None:
         with ThreadPoolExecutor(len(QUERIES)) as pool:
             got = list(pool.map(ask, QUERIES))
         same([want[q] for q in QUERIES], got, exact=False)
+
+
+@pytest.mark.parametrize("mode", ["context", "condense_question"])
+def test_a_chat_engine_takes_the_option_too(index, reranker, mode) -> None:
+    """The chat engines capture their postprocessors (or their query engine's) with the option, as the
+    query engine does: explain() names the batching, and a turn answers as stock's."""
+    def chat_engine() -> Any:
+        if mode == "context":
+            return index.as_chat_engine(chat_mode=mode, llm=FakeLLM(), similarity_top_k=4,
+                                        node_postprocessors=[reranker])
+        from llama_index.core.chat_engine import CondenseQuestionChatEngine
+
+        return CondenseQuestionChatEngine.from_defaults(query_engine=engine(index, reranker), llm=FakeLLM())
+
+    fast = ayo_llamaindex.optimize(chat_engine(), options=BATCHED)
+    assert str(fast.chat(QUERIES[0])) == str(chat_engine().chat(QUERIES[0]))
+    assert cross_encoder.NOTE in str(fast.explain())
