@@ -3,7 +3,7 @@
 ``HuggingFaceEmbedding`` -> Ayo's ``EmbeddingEngine`` on the same model folder with the
 same options (normalize, query/text instructions, max_length, device), in stock's batch
 shape (``embed_batch_size`` texts per encode, each query alone). Such a request is never
-merged with another query's (the scheduler's ``alone_when``) and is encoded with stock's
+merged with another query's (the engine's ``ALONE_WHEN``) and is encoded with stock's
 thread count (``ayo_core.engines.embedding``), so its vectors are stock's bit for bit: a
 ``keep_retrieval_score`` postprocessor writes the score into the prompt, where a last-bit
 difference changed an answer under concurrent ``aquery`` before.

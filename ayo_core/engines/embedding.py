@@ -121,6 +121,9 @@ def _thread_local_omp_setter() -> Any:
 class EmbeddingEngine:
     """sentence-transformers model served by one worker thread (see module doc for matching knobs)."""
 
+    # a request with batch_size asks for stock's exact vectors: the scheduler never merges it with others'
+    ALONE_WHEN = ("batch_size",)
+
     _ids = itertools.count()
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, max_batch: int = 32,

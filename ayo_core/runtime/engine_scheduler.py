@@ -52,8 +52,9 @@ class SchedulerConfig:
     max_queue: int = 10_000
     merge: Mapping[str, str] = field(default_factory=dict)  # method -> name of its list parameter
     pass_priority: bool = True
-    # arguments that, when set (not None), ask the engine for one call of the request's own shape:
-    # such a request is never merged (the embedding engine's batch_size: stock's exact vectors)
+    # arguments that, when set (not None), ask the engine for one call of the request's own shape: such a
+    # request is never merged. An engine declares its own too (``ALONE_WHEN``: the local embedding
+    # engine's batch_size, stock's exact vectors; a remote one has none, its server batches anyway)
     alone_when: tuple[str, ...] = ()
 
 
@@ -61,8 +62,7 @@ DEFAULT_CONFIGS: dict[str, SchedulerConfig] = {
     # vLLM batches internally: admit many requests and hand it priorities.
     "llm": SchedulerConfig(max_inflight=16),
     # One worker: requests arriving while it computes form the next batch.
-    "embed": SchedulerConfig(max_inflight=1, max_batch_items=64, merge={"aembed": "texts", "embed": "texts"},
-                             alone_when=("batch_size",)),
+    "embed": SchedulerConfig(max_inflight=1, max_batch_items=64, merge={"aembed": "texts", "embed": "texts"}),
     "vector": SchedulerConfig(max_inflight=4, merge={"query": "query_embeddings", "aquery": "query_embeddings"}),
 }
 
@@ -220,6 +220,7 @@ class EngineScheduler:
         self.kind, self.engine = kind, engine
         self.policy = get_policy(policy)
         self.config = config or DEFAULT_CONFIGS.get(kind, SchedulerConfig())
+        self._alone_when = (*self.config.alone_when, *getattr(engine, "ALONE_WHEN", ()))
         self.waiting: list[EngineRequest] = []
         self.running: dict[int, Batch] = {}
         self._tasks: dict[int, asyncio.Task] = {}
@@ -451,7 +452,7 @@ class EngineScheduler:
             hash(others)
         except (TypeError, ValueError):
             return None
-        if any(bound.get(name) is not None for name in self.config.alone_when):
+        if any(bound.get(name) is not None for name in self._alone_when):
             return None
         return (req.method, others)
 

@@ -56,6 +56,8 @@ def test_a_request_asking_for_its_own_shape_is_never_merged():
     """The embedding engine's ``batch_size`` asks for stock's exact vectors (one encode of that shape):
     concurrent queries' requests with it run one engine call each, those without it still merge."""
     class ShapedFake(FakeEmbedding):  # a fake engine (scheduler unit test) whose aembed takes batch_size
+        ALONE_WHEN = ("batch_size",)  # as the local EmbeddingEngine declares
+
         async def aembed(self, texts: list[str], batch_size: int | None = None) -> list[list[float]]:
             return await super().aembed(texts)
 
@@ -71,6 +73,11 @@ def test_a_request_asking_for_its_own_shape_is_never_merged():
             sizes.append(len(batch.requests))
             s.finish_nowait(batch.id, [[0.0]] * sum(len(r.args[0]) for r in batch.requests))
     assert sizes == [1, 1, 1, 2]
+    ShapedFake.ALONE_WHEN = ()  # an engine that declares nothing (a remote embedding server's): merged
+    s = EngineScheduler("embed", ShapedFake(), "fifo")
+    for r in exact:
+        s.submit_nowait(EngineRequest("embed", "aembed", r.args, r.kwargs, query_id=r.query_id))
+    assert [len(b.requests) for b in s.step_nowait().batches] == [3]
 
 
 def test_micro_batches_of_one_split_node_are_not_re_merged():
