@@ -43,20 +43,28 @@ class Deployment:
     async def record_pass(self, pair: Any, questions: list[dict[str, Any]]) -> dict[str, Any]:
         """Every question once per side (untimed), misses recorded from the real engines: the answers the
         timed replay will serve."""
-        self.emulator.set_mode("replay")
         sides = ["stock"] + (["ayo"] if pair.ayo is not None else [])
         failures = 0
-        for item in questions:
-            for side in sides:
-                try:
-                    await pair.cold_cache()
-                    await pair.timed(side, item)
-                except Exception as exc:  # reported, and the timed pass will show it again
-                    failures += 1
-                    log.error("%s %s failed in the record pass on %s: %r", pair.name, side, item["id"], exc)
-        before = self.emulator.set_mode(self.timed_mode)
+        with self.recording() as before:
+            for item in questions:
+                for side in sides:
+                    try:
+                        await pair.cold_cache()
+                        await pair.timed(side, item)
+                    except Exception as exc:  # reported, and the timed pass will show it again
+                        failures += 1
+                        log.error("%s %s failed in the record pass on %s: %r", pair.name, side, item["id"], exc)
         return {"record_pass_failures": failures, "recorded_in_record_pass": before["misses_proxied"],
                 "stats_before_timed": before}
+
+    @contextmanager
+    def recording(self) -> Iterator[dict[str, Any]]:
+        """While inside: replay with the real engines as upstream (what the store lacks is recorded); on
+        leaving, the timed mode, and the yielded dict gets the emulator's counters from before the timed pass."""
+        self.emulator.set_mode("replay")
+        before: dict[str, Any] = {}
+        yield before
+        before.update(self.emulator.set_mode(self.timed_mode))
 
     def misses_since(self, before: dict[str, Any]) -> dict[str, int]:
         now = self.emulator.stats()

@@ -274,11 +274,11 @@ def record_pass(stock: Callable[[str], Any], fast: Callable[[str], Any], questio
     """On an emulated deployment: every question once per side, untimed, with every request the emulator's
     store cannot answer sent to the real engines and stored (``ayo_bench.deployment``): the answers
     the timed replay serves. Returns the emulator's counters before the timed pairs."""
-    deployment.emulator.set_mode("replay")
-    for q in questions:
-        stock(q)
-        fast(q)
-    return deployment.emulator.set_mode(deployment.timed_mode)
+    with deployment.recording() as before:
+        for q in questions:
+            stock(q)
+            fast(q)
+    return before
 
 
 def run_pairs(name: str, pipeline: Pipeline, n: int, seed: int, deployment: Any = None) -> dict[str, Any]:

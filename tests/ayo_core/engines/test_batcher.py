@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -44,12 +45,18 @@ def test_a_lone_caller_runs_at_once() -> None:
     assert (stats.requests, stats.passes, stats.items, stats.waiting) == (1, 1, 3, 0)
 
 
+def held_first_pass(pool: ThreadPoolExecutor, batcher: CombiningBatcher, model: Model) -> Any:
+    """A first caller's pass of ``[1]``, started and held in the model (``model.hold`` releases it)."""
+    model.hold.clear()
+    first = pool.submit(batcher.submit, [1], model)
+    wait_until(lambda: len(model.passes) == 1)
+    return first
+
+
 def test_callers_arriving_during_a_pass_share_the_next() -> None:
     batcher, model = CombiningBatcher("t"), Model()
-    model.hold.clear()
     with ThreadPoolExecutor(4) as pool:
-        first = pool.submit(batcher.submit, [1], model)
-        wait_until(lambda: len(model.passes) == 1)
+        first = held_first_pass(pool, batcher, model)
         rest = [pool.submit(batcher.submit, [10 * k, 10 * k + 1], model) for k in (1, 2, 3)]
         wait_until(lambda: batcher.statistics().waiting == 3)
         model.hold.set()
@@ -60,10 +67,8 @@ def test_callers_arriving_during_a_pass_share_the_next() -> None:
 
 def test_a_failed_merged_pass_gives_each_caller_its_own_outcome() -> None:
     batcher, model = CombiningBatcher("t"), Model()
-    model.hold.clear()
     with ThreadPoolExecutor(3) as pool:
-        first = pool.submit(batcher.submit, [1], model)
-        wait_until(lambda: len(model.passes) == 1)
+        first = held_first_pass(pool, batcher, model)
         good, bad = pool.submit(batcher.submit, [5], model), pool.submit(batcher.submit, [-1], model)
         wait_until(lambda: batcher.statistics().waiting == 2)
         model.hold.set()
