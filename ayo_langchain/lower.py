@@ -29,7 +29,7 @@ from langchain_core.runnables.config import (
     patch_config,
     run_in_executor,
 )
-from langchain_core.runnables.utils import is_async_generator
+from langchain_core.runnables.utils import AddableDict, is_async_generator
 
 from ayo_core.graph import Graph
 from ayo_core.modules import TypeDispatch
@@ -107,6 +107,8 @@ class Lowerer(GraphBuilder):
     invoked: bool = False
     # node -> how to approximate its value from a pipelined retrieval's parts (progressive prefill)
     progress: dict[str, Any] = field(default_factory=dict)
+    # node -> the chunks stock's stream of that value comes in (a composite's; absent: the value, one chunk)
+    chunkings: dict[str, Chunking] = field(default_factory=dict)
 
     def sub(self, parent: str) -> Lowerer:
         return Lowerer(self.plan, self.run, prefix=f"{parent}/", ready=dict(self.ready), progress=dict(self.progress),
@@ -143,7 +145,7 @@ class Lowerer(GraphBuilder):
                 outs.append(self._lower_model(step, outs[-1], step_cfg, early=early))
             else:
                 outs.append(self.lower(step, outs[-1], step_cfg))
-        return self.composite_end(planned, m, outs[-1])
+        return self.composite_end(planned, m, outs[-1], self.chunkings.get(outs[-1]))
 
     def _lower_parallel(self, m: cap.Parallel, src: str, cfg: RunnableConfig) -> str:
         planned, src = self.composite_run(m, src, cfg)
@@ -167,6 +169,7 @@ class Lowerer(GraphBuilder):
             return value
 
         # the check runs inside the assign's run, before the mapper's, as in RunnableAssign._ainvoke
+        upstream = self.chunkings.get(src)  # the input's chunks: stock's assign passes each one on
         planned, src = self.composite_run(m, src, cfg)
         checked = self.build(Transform(must_be_dict, m.label(), takes_ctx=True), {"value": src}, "assign_input")
         mapped = self._lower_parallel(m.mapper, checked, planned.child() if planned is not None else cfg)
@@ -176,7 +179,7 @@ class Lowerer(GraphBuilder):
 
         out = self.build(Transform(merge, m.label(), takes_ctx=True), {"base": checked, "new": mapped}, "assign")
         self.dict_sources[out] = {**self.dict_sources[mapped], "__base__": checked}
-        return self.composite_end(planned, m, out)
+        return self.composite_end(planned, m, out, upstream)
 
     def _lower_identity(self, m: cap.Identity, src: str, cfg: RunnableConfig) -> str:
         """``RunnablePassthrough()``: no node, unless a handler sees its run (then one opens and ends it)."""
@@ -218,10 +221,16 @@ class Lowerer(GraphBuilder):
         planned = PlannedChainRun(m.runnable, leaf_config(cfg, m.wrappers, m.runnable), streamed=self.streams_models())
         return planned if planned.reported else None
 
-    def composite_end(self, planned: PlannedChainRun | None, m: cap.Module, out: str) -> str:
-        if planned is None:
-            return out
-        return self.end_run(planned, out, m.label(), "run_end", chunks=stream_chunks(m))
+    def composite_end(self, planned: PlannedChainRun | None, m: cap.Module, out: str,
+                      upstream: Chunking | None = None) -> str:
+        """``m``'s value at ``out``; its run ended there when a handler sees it. ``upstream``: how the
+        value a sequence ends with, or an assign's input, was streamed (see :func:`stream_chunks`)."""
+        chunks = stream_chunks(m, upstream)
+        if planned is not None:
+            out = self.end_run(planned, out, m.label(), "run_end", chunks=chunks)
+        if chunks is not None:
+            self.chunkings[out] = chunks
+        return out
 
     def start_run(self, planned: PlannedChainRun, src: str, label: str, name: str,
                   check: Callable[[Any], None] | None = None) -> str:
@@ -262,6 +271,8 @@ class Lowerer(GraphBuilder):
             self.dict_sources[node] = self.dict_sources[src]
         if src in self.progress:
             self.progress[node] = self.progress[src]
+        if src in self.chunkings:
+            self.chunkings[node] = self.chunkings[src]
 
     # ---- leaves that call the user's object ---------------------------------------------
     def _call_node(self, label: str, m: cap.Module, src: str, cfg: RunnableConfig, cost: float,
@@ -411,21 +422,29 @@ for _cls, _lower in ((cap.Sequence, Lowerer._lower_sequence), (cap.Parallel, Low
 # the retrievers' lowerings are registered by ayo_langchain.retrieval, the chat history's by ayo_langchain.history
 
 
-def stream_chunks(m: cap.Module) -> Callable[[Any], list[Any]]:
-    """What composite ``m`` streams for its value under stock's stream, once every part is done: a
-    parallel one ``{key: value}`` chunk per key; an ``.assign`` the input's other keys, then one chunk
-    per assigned key (``RunnableAssign._atransform``); a sequence or a passthrough its value."""
+Chunking = Callable[[Any], list[Any]]
+
+
+def stream_chunks(m: cap.Module, upstream: Chunking | None = None) -> Chunking | None:
+    """The chunks composite ``m`` streams for its value under stock's stream, once every part is done;
+    None: the value, one chunk. A parallel: one ``{key: value}`` chunk per key. An ``.assign``: each
+    chunk its input was streamed in (``upstream``; one when None), less the assigned keys, then one
+    chunk per assigned key (``RunnableAssign._atransform``). A sequence: the chunks of its last step's
+    value (``upstream``)."""
     if isinstance(m, cap.Parallel):
-        return lambda value: [{k: v} for k, v in value.items()]
+        return lambda value: [AddableDict({k: v}) for k, v in value.items()]
     if isinstance(m, cap.Assign) and m.mapper is not None:
         keys = list(m.mapper.branches)
 
         def assign_chunks(value: dict) -> list[Any]:
-            rest = {k: v for k, v in value.items() if k not in keys}
-            return ([rest] if rest else []) + [{k: value[k]} for k in keys]
+            rest = AddableDict({k: v for k, v in value.items() if k not in keys})
+            passed = [c for c in (upstream(rest) if upstream is not None and rest else [rest]) if c]
+            return passed + [AddableDict({k: value[k]}) for k in keys]
 
         return assign_chunks
-    return lambda value: [value]
+    if isinstance(m, cap.Sequence):
+        return upstream
+    return None
 
 
 def is_language_model(m: cap.Module) -> bool:

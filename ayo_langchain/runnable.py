@@ -48,7 +48,7 @@ from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import leaf_config, reported, start_chain_run, step_config
 from ayo_langchain.history import stream_twin
-from ayo_langchain.lower import SECONDS_PER_TOKEN, ChainCall, Lowerer, is_language_model
+from ayo_langchain.lower import SECONDS_PER_TOKEN, ChainCall, Lowerer, is_language_model, stream_chunks
 from ayo_shims import langchain as shims
 from ayo_shims import openai_client, python_runtime
 
@@ -405,9 +405,10 @@ class OptimizedRunnable(Runnable):
             source: AsyncIterator[Any] | None = drain_while_running(lambda: self._execute(input, run), run.sink)
         else:  # a model (or step) Ayo does not route: the graph computes its input, it streams as-is
             run.tail_from = at - 1
-            prefix = await self._execute(input, run) if at > 0 else input
-            source = None if run.sync else model.runnable.astream(prefix, cfg_of(at))
-            first = (lambda: model.runnable.stream(prefix, cfg_of(at))) if run.sync else None
+            # the step gets its input in the chunks stock's previous step streams it in (a parallel's: one per key)
+            given = _streamed_as(steps, at - 1, await self._execute(input, run)) if at > 0 else [input]
+            source = None if run.sync else _astream_over(model.runnable, given, cfg_of(at))
+            first = (lambda: _stream_over(model.runnable, given, cfg_of(at))) if run.sync else None
         if run.sync:  # the user's steps run their sync transform, in a worker thread, as in stock
             def pipeline(chunks: Iterator[Any]) -> Iterator[Any]:
                 it = first() if first is not None else chunks
@@ -454,6 +455,37 @@ def _bound_config(config: RunnableConfig | None, wrappers: tuple[Any, ...]) -> R
 # (A lambda's expansions hang under the chain run, and composites report no run: those keep it.)
 _SELF_REPORTING = (cap.Model, cap.Prompt, cap.Parser, cap.Pick, cap.VectorRetriever, cap.MultiQuery, cap.Ensemble,
                    cap.Branch)
+
+
+def _streamed_as(steps: list[cap.Module], i: int, value: Any) -> list[Any]:
+    """The chunks stock's stream of ``steps[i]`` gives ``value`` in (a parallel's: one per key)."""
+    chunking = _chunking(steps, i)
+    return chunking(value) if chunking is not None else [value]
+
+
+def _chunking(steps: list[cap.Module], i: int) -> Any:
+    step, upstream = steps[i], None
+    if isinstance(step, cap.Sequence) and step.steps:
+        upstream = _chunking(step.steps, len(step.steps) - 1)
+    elif isinstance(step, cap.Assign) and i > 0:
+        upstream = _chunking(steps, i - 1)
+    return stream_chunks(step, upstream)
+
+
+def _astream_over(runnable: Runnable, chunks: list[Any], cfg: RunnableConfig) -> AsyncIterator[Any]:
+    """Stock's stream of ``runnable`` over its input's ``chunks`` (``astream`` of a lone one)."""
+    if len(chunks) == 1:
+        return runnable.astream(chunks[0], cfg)
+
+    async def given() -> AsyncIterator[Any]:
+        for chunk in chunks:
+            yield chunk
+
+    return runnable.atransform(given(), cfg)
+
+
+def _stream_over(runnable: Runnable, chunks: list[Any], cfg: RunnableConfig) -> Iterator[Any]:
+    return runnable.stream(chunks[0], cfg) if len(chunks) == 1 else runnable.transform(iter(chunks), cfg)
 
 
 def _stream_source(steps: list[cap.Module]) -> int | None:

@@ -81,6 +81,29 @@ class LLMResult:
     finish_event: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
+@dataclass(frozen=True)
+class StreamOpening:
+    """How a server opens a chat stream: ``delta``, the first event's delta when that event carries no
+    text (vLLM: ``{"role": "assistant", "content": ""}``; transformers serve: ``{"role": "assistant"}``),
+    or None when the first event already carries text; ``role_with_text``: that first text's delta also
+    names the role. A client reading the engine's stream as the server's (the OpenAI-client shim)
+    opens it the same way."""
+
+    delta: dict[str, Any] | None = field(default_factory=lambda: {"role": "assistant", "content": ""})
+    role_with_text: bool = False
+
+    @staticmethod
+    def of(event: dict[str, Any]) -> StreamOpening | None:
+        """The opening a stream's first event shows; None for an event without a choice (it tells nothing)."""
+        choices = event.get("choices") or []
+        if not choices:
+            return None
+        delta = choices[0].get("delta") or {}
+        if delta.get("content") or delta.get("tool_calls"):
+            return StreamOpening(None, "role" in delta)
+        return StreamOpening(dict(delta))
+
+
 def merge_tool_call_deltas(calls: list[dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
     """Fold a stream event's ``delta.tool_calls`` into ``calls``, as the OpenAI SDK's stream
     accumulator does: fields of the call at the same ``index`` are set once, ``arguments`` appended."""
@@ -168,6 +191,8 @@ class LLMEngine:
         # False once the server rejected a request for its ``priority`` (servers without priority
         # scheduling may: older vLLM, other OpenAI-compatible servers); Ayo then sends none.
         self.accepts_priority = True
+        # How the server opens a chat stream, as last seen (until then vLLM's way): see ``StreamOpening``
+        self.chat_stream_opening = StreamOpening()
 
     def __repr__(self) -> str:
         return f"LLMEngine({self.base_url!r}, model={self.model!r})"
@@ -348,8 +373,11 @@ class LLMEngine:
         parts: list[str] = []
         result = LLMResult("")
         events = self._stream(url, body, op, max_retries)
+        opened = not chat
         try:
             async for event in events:
+                if not opened and (opening := StreamOpening.of(event)) is not None:
+                    self.chat_stream_opening, opened = opening, True
                 for choice in event.get("choices") or []:
                     if chat and (tool_deltas := (choice.get("delta") or {}).get("tool_calls")):
                         if result.tool_calls is None:

@@ -48,6 +48,15 @@ _ids = itertools.count()
 _TIMED_OUT = object()
 
 
+@dataclass(frozen=True)
+class _Opening:
+    delta: dict[str, Any] | None
+    role_with_text: bool = False
+
+
+_VLLM_OPENING = _Opening({"role": "assistant", "content": ""})  # vLLM opens a chat stream with an empty role chunk
+
+
 @dataclass
 class _ToolDeltas:
     """A stream event's ``delta.tool_calls`` (in the shim's chunk queue, beside text deltas)."""
@@ -165,7 +174,7 @@ class _ShimBase:
 
     keys: set[str] = set()
     object_name = ""
-    opening_chunk = True  # vLLM opens a chat stream with an empty role chunk, a completion stream without
+    opening_chunk = True  # a chat stream may open with a role chunk (the server's way), a completion stream not
 
     def __init__(self, original: Any, engine_errors: tuple[type[BaseException], ...] = ()) -> None:
         self._original = original
@@ -289,19 +298,21 @@ class _ShimBase:
                         yield chunk
                     return
                 if delta:
-                    if not sent and self.opening_chunk:
-                        yield self._chunk(rid, created, payload, "", None, first=True)
+                    opening = None if sent else self._opening(r)
+                    if opening is not None and opening.delta is not None:
+                        yield self._opening_chunk(rid, created, payload, opening.delta)
                     sent = True
                     if held is not None:
                         yield held
                     held = (self._tool_chunk(rid, created, payload, delta.deltas) if isinstance(delta, _ToolDeltas)
-                            else self._chunk(rid, created, payload, delta, None))
+                            else self._chunk(rid, created, payload, delta, None,
+                                             first=opening is not None and opening.role_with_text))
             if task.exception() is not None and not sent and isinstance(task.exception(), self.engine_errors):
                 async for chunk in _sdk_chunks(await self._fallback(payload, task.exception())):
                     yield chunk
                 return
-            if not sent and self.opening_chunk:
-                yield self._chunk(rid, created, payload, "", None, first=True)
+            if not sent and (opening := self._opening(r)) is not None and opening.delta is not None:
+                yield self._opening_chunk(rid, created, payload, opening.delta)
             if held is not None and task.exception() is not None:
                 yield held  # what arrived before the failure, then the engine's error
             for chunk in self._closing_chunks(rid, created, payload, held, task.result()):
@@ -309,6 +320,19 @@ class _ShimBase:
         finally:
             if not task.done():
                 task.cancel()
+
+    def _opening(self, r: Route) -> Any:
+        """How the server behind the engine opens a chat stream, as the engine last saw it (its
+        ``chat_stream_opening``: ``delta``, the opening event's delta or None, ``role_with_text``);
+        vLLM's way for an engine that does not say (a remote replica); None for a completion stream."""
+        if not self.opening_chunk:
+            return None
+        engine = getattr(r.llm, "engine", r.llm)  # the scheduled view's engine
+        return getattr(engine, "chat_stream_opening", None) or _VLLM_OPENING
+
+    def _opening_chunk(self, rid: str, created: int, payload: dict, delta: dict[str, Any]) -> dict:
+        return {"id": rid, "object": self.object_name, "created": created, "model": payload.get("model"),
+                "choices": [{"index": 0, "delta": dict(delta), "finish_reason": None, "logprobs": None}]}
 
     def _closing_chunks(self, rid: str, created: int, payload: dict, held: dict | None, result: Any) -> list[dict]:
         """The held chunk, the finishing chunk and the usage chunk, as vLLM ends a stream: a length cut

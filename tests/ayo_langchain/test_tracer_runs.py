@@ -74,19 +74,19 @@ SHAPES = {"dict_first": dict_first, "assign_first": assign_first, "nested": nest
 
 @pytest.mark.parametrize("how", ["invoke", "ainvoke", "stream"])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_tracer_run_trees_are_stocks(shape: str, how: str) -> None:
-    chain, x = SHAPES[shape](FakeOpenAIServer())
+def test_tracer_run_trees_are_stocks(shape: str, how: str, fake_server: FakeOpenAIServer) -> None:
+    chain, x = SHAPES[shape](fake_server)
     want = traced(chain, x, how)
     got = traced(ayo_langchain.optimize(chain), x, how)
     assert [r[0] for r in got] == [r[0] for r in want]  # the same runs under the same parents
     assert got == want
 
 
-def test_a_failing_step_ends_the_tree_as_stocks() -> None:
+def test_a_failing_step_ends_the_tree_as_stocks(fake_server: FakeOpenAIServer) -> None:
     def boom(_: Any) -> str:
         raise ValueError("no documents")
 
-    chain = {"context": RunnableLambda(boom), "question": RunnablePassthrough()} | PROMPT | fake_chat(FakeOpenAIServer()) \
+    chain = {"context": RunnableLambda(boom), "question": RunnablePassthrough()} | PROMPT | fake_chat(fake_server) \
         | StrOutputParser()
 
     def failed(runnable: Any) -> list[tuple]:
@@ -99,11 +99,12 @@ def test_a_failing_step_ends_the_tree_as_stocks() -> None:
 
 
 @pytest.mark.parametrize("how", ["invoke", "ainvoke"])
-def test_a_failing_routed_runnable_ends_the_routing_lambdas_run_as_stocks(how: str) -> None:
+def test_a_failing_routed_runnable_ends_the_routing_lambdas_run_as_stocks(how: str,
+                                                                          fake_server: FakeOpenAIServer) -> None:
     def boom(_: Any) -> str:
         raise ValueError("no documents")
 
-    routed = PROMPT | fake_chat(FakeOpenAIServer()) | StrOutputParser() | RunnableLambda(boom)
+    routed = PROMPT | fake_chat(fake_server) | StrOutputParser() | RunnableLambda(boom)
     chain = {"context": RunnableLambda(fetch) | fmt, "question": RunnablePassthrough()} \
         | RunnableLambda(lambda d: routed)
 
@@ -121,9 +122,9 @@ def test_a_failing_routed_runnable_ends_the_routing_lambdas_run_as_stocks(how: s
     assert failed(ayo_langchain.optimize(chain)) == want
 
 
-def test_with_listeners_get_stocks_runs() -> None:
+def test_with_listeners_get_stocks_runs(fake_server: FakeOpenAIServer) -> None:
     """``with_listeners`` on the whole chain and on a step inside it: each listener sees the same run."""
-    server = FakeOpenAIServer()
+    server = fake_server  # Ayo's engine talks to it too: the model's requests go through the engine
 
     def chain_with_listeners(seen: list[tuple]) -> Any:
         def note(kind: str) -> Any:
