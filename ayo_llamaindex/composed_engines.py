@@ -1,9 +1,9 @@
 """Which stand-in a composed query engine (``SubQuestionQueryEngine``, ``RouterQueryEngine``,
-``ToolRetrieverRouterQueryEngine``, ``TransformQueryEngine``) gets.
+``ToolRetrieverRouterQueryEngine``, ``RetrieverRouterQueryEngine``, ``TransformQueryEngine``) gets.
 
 Above the lowerings (:mod:`ayo_llamaindex.sub_question`, :mod:`ayo_llamaindex.router`,
-:mod:`ayo_llamaindex.transform`), which share their base classes from :mod:`ayo_llamaindex.composed` and
-never import each other.
+:mod:`ayo_llamaindex.tool_router`, :mod:`ayo_llamaindex.retriever_router`, :mod:`ayo_llamaindex.transform`),
+which share their base classes from :mod:`ayo_llamaindex.composed` and never import each other.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import logging
 from typing import Any
 
 from llama_index.core.query_engine import (
+    RetrieverRouterQueryEngine,
     RouterQueryEngine,
     SubQuestionQueryEngine,
     ToolRetrieverRouterQueryEngine,
     TransformQueryEngine,
 )
 
-from ayo_llamaindex import router, sub_question, tool_router, transform
+from ayo_llamaindex import retriever_router, router, sub_question, tool_router, transform
 from ayo_llamaindex.query_engine import OptimizedQueryEngine
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def optimize_composed(target: Any, policy: str, options: Any = None) -> Any | None:
     """The optimized stand-in for a ``SubQuestionQueryEngine``, ``RouterQueryEngine``,
-    ``ToolRetrieverRouterQueryEngine`` or ``TransformQueryEngine``;
+    ``ToolRetrieverRouterQueryEngine``, ``RetrieverRouterQueryEngine`` or ``TransformQueryEngine``;
     None for other engines. A subclass that overrides their control flow runs as the user's object (in one
     opaque node, with a warning that says why)."""
     if isinstance(target, SubQuestionQueryEngine):
@@ -35,6 +36,9 @@ def optimize_composed(target: Any, policy: str, options: Any = None) -> Any | No
         reason, build = router.not_lowered_reason(target), router.OptimizedRouterQueryEngine
     elif isinstance(target, ToolRetrieverRouterQueryEngine):
         reason, build = tool_router.not_lowered_reason(target), tool_router.OptimizedToolRetrieverRouterQueryEngine
+    elif isinstance(target, RetrieverRouterQueryEngine):
+        reason = retriever_router.not_lowered_reason(target)
+        build = retriever_router.OptimizedRetrieverRouterQueryEngine
     elif isinstance(target, TransformQueryEngine):
         reason, build = transform.not_lowered_reason(target), transform.OptimizedTransformQueryEngine
     else:

@@ -27,6 +27,7 @@ from llama_index.core.chat_engine.types import BaseChatEngine
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import (
     RetrieverQueryEngine,
+    RetrieverRouterQueryEngine,
     RouterQueryEngine,
     SubQuestionQueryEngine,
     ToolRetrieverRouterQueryEngine,
@@ -37,7 +38,7 @@ from pydantic import BaseModel
 
 from ayo_core.coverage import CoverageRow, exported_classes, probe, row
 from ayo_core.modules import OPAQUE
-from ayo_llamaindex import postprocess, router, sub_question, tool_router, transform, wrapper_engines
+from ayo_llamaindex import postprocess, retriever_router, router, sub_question, tool_router, transform, wrapper_engines
 from ayo_llamaindex.capture import PostprocessorPlan, RetrieverPlan, capture_query_engine, capture_synthesizer
 from ayo_llamaindex.chat_engine_capture import MODES as CHAT_MODES
 from ayo_llamaindex.chat_engine_capture import recognize_chat_engine
@@ -141,6 +142,11 @@ COMPOSED_ENGINES: tuple[ComposedEngine, ...] = (
                    "the retrieved tools' engines (optimized) all at once (stock's sync query runs them one after "
                    "another), several answers combined by its summarizer, lowered; its ObjectRetriever runs as the "
                    "user's object in its node"),
+    ComposedEngine(RetrieverRouterQueryEngine, retriever_router.not_lowered_reason, eng.RETRIEVER_ROUTER_MIRRORED,
+                   "Opaque (retriever) -> ToolCall (the node's engine)",
+                   "the one retrieved node mapped to its engine by the user's node_to_query_engine_fn, that engine "
+                   "optimized (its sync query on both paths, as stock's _aquery calls _query); the retriever runs "
+                   "as the user's object in its node"),
     ComposedEngine(TransformQueryEngine, transform.not_lowered_reason, eng.TRANSFORM_MIRRORED,
                    "LLMCall (HyDE) + query embedding -> ToolCall (the engine)",
                    "HyDEQueryTransform's decode on Ayo's engine (stock's async path blocks the caller's loop on it), "

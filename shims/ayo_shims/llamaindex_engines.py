@@ -218,6 +218,24 @@ def tool_router_parts(engine: Any) -> dict[str, Any]:
 TOOL_ROUTER_MIRRORED = mirrored(_ROUTER, "ToolRetrieverRouterQueryEngine", ("query", "aquery", "_query", "_aquery"),
                                 why="the engine's control flow (retrieve tools, run their engines, combine) is a graph")
 
+# -- RetrieverRouterQueryEngine (deprecated) ------------------------------------------------------
+
+declare(f"{_ROUTER}.RetrieverRouterQueryEngine._retriever/_node_to_query_engine_fn", framework=CORE,
+        checked=CORE_CHECKED,
+        why="capture reads the engine's retriever (of nodes describing engines) and its node-to-engine function",
+        check=assigns(_ROUTER, "RetrieverRouterQueryEngine", "_retriever", "_node_to_query_engine_fn"))
+
+
+def retriever_router_parts(engine: Any) -> dict[str, Any]:
+    """The engine's parts: ``retriever`` (of nodes that each stand for a query engine), ``node_to_query_engine``
+    (the user's function from such a node to its engine)."""
+    return {"retriever": engine._retriever, "node_to_query_engine": engine._node_to_query_engine_fn}
+
+
+RETRIEVER_ROUTER_MIRRORED = mirrored(
+    _ROUTER, "RetrieverRouterQueryEngine", ("query", "aquery", "_query", "_aquery"),
+    why="the engine's control flow (retrieve one node, map it to an engine, query that engine) is a graph")
+
 # -- RecursiveRetriever ----------------------------------------------------------------------------
 
 _RECURSIVE = "llama_index.core.retrievers.recursive_retriever"

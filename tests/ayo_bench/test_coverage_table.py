@@ -96,14 +96,24 @@ def test_composed_engines_are_optimize_composeds_order(rows, monkeypatch) -> Non
     from llama_index.core.base.base_query_engine import BaseQueryEngine
 
     from ayo_core.coverage import exported_classes
-    from ayo_llamaindex import composed_engines, coverage, router, sub_question, tool_router, transform
+    from ayo_llamaindex import (
+        composed_engines,
+        coverage,
+        retriever_router,
+        router,
+        sub_question,
+        tool_router,
+        transform,
+    )
 
     monkeypatch.setattr(sub_question, "OptimizedSubQuestionQueryEngine", lambda *_a, **_k: "sub_question")
     monkeypatch.setattr(router, "OptimizedRouterQueryEngine", lambda *_a, **_k: "router")
     monkeypatch.setattr(tool_router, "OptimizedToolRetrieverRouterQueryEngine", lambda *_a, **_k: "tool_router")
+    monkeypatch.setattr(retriever_router, "OptimizedRetrieverRouterQueryEngine",
+                        lambda *_a, **_k: "retriever_router")
     monkeypatch.setattr(transform, "OptimizedTransformQueryEngine", lambda *_a, **_k: "transform")
     monkeypatch.setattr(composed_engines, "OptimizedQueryEngine", lambda *_a, **_k: "opaque")
-    names = ("sub_question", "router", "tool_router", "transform")
+    names = ("sub_question", "router", "tool_router", "retriever_router", "transform")
     bases = {c.base: name for c, name in zip(coverage.COMPOSED_ENGINES, names, strict=True)}
     for cls in exported_classes(li_query_engines, BaseQueryEngine):
         engine = probe(cls)

@@ -121,7 +121,7 @@ def test_engine_touchpoints_verify_and_are_listed() -> None:
                                                                 "llama_index.core.query_engine.router",
                                                                 "llama_index.core.question_gen",
                                                                 "llama_index.core.selectors"))]
-    assert len(ours) == 13  # SubQuestion, Router, ToolRetrieverRouter, their generator and selectors
+    assert len(ours) == 15  # SubQuestion, Router, ToolRetrieverRouter, RetrieverRouter, their generator and selectors
     for t in ours:
         t.verify()
         assert f"| `{t.name}` | {t.framework} | {t.checked} |" in readme

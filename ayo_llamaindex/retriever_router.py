@@ -1,0 +1,180 @@
+"""``RetrieverRouterQueryEngine`` (deprecated in LlamaIndex) lowered: one retrieved node picks the engine.
+
+::
+
+    query ── retrieve (Opaque: the user's retriever, its sync retrieve as stock calls it on both paths)
+               └─ route (TOOL_CALL: the user's node_to_query_engine_fn on the one node, then that engine,
+                  optimized, on the same bundle) ── output
+
+Stock ``_query`` retrieves, raises ``ValueError`` for more than one node (an ``IndexError`` for none),
+maps ``nodes[0].node`` to an engine with the user's function and returns that engine's sync ``query``;
+``_aquery`` just calls ``_query``, so stock takes the sync path under ``aquery()`` too. The graph does
+the same on both paths: it runs without the caller's loop (every node takes the sync path), and the
+chosen engine runs as an optimized :class:`~ayo_llamaindex.composed.ToolQueryEngine` whose spans are
+its sync ``query`` ones. Stock opens no ``QUERY`` event of its own (the chosen engine's query does).
+
+The retriever stays the user's object in an Opaque node (as ``ToolRetrieverRouterQueryEngine``'s), not
+lowered through :mod:`ayo_llamaindex.retrieval` even when it is a ``VectorIndexRetriever``: it may be any
+``BaseRetriever``, it searches a handful of engine descriptions, and its query embedding is left on the
+``QueryBundle`` (stock's retriever sets ``bundle.embedding``), where the chosen engine's lowered vector
+retrieval reuses it as stock's does. Lowering it would move that one embedding onto Ayo's engine and
+gain nothing measurable, while the Opaque node keeps its spans, events and errors the retriever's own.
+
+The chosen engine's stand-in is built on first use and kept in a bounded LRU (:class:`EngineCache`),
+which holds the engine itself beside it: a function that builds a new engine per call can neither grow
+the cache without limit nor, once an engine is collected, hand its reused ``id()`` the wrong stand-in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core.base.response.schema import RESPONSE_TYPE
+from llama_index.core.query_engine import RetrieverRouterQueryEngine
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from ayo_core.explain import explanation, record_optimization
+from ayo_core.graph import Graph
+from ayo_core.introspect import overrides_reason
+from ayo_core.templates import Opaque, ToolCall
+from ayo_llamaindex import events, spans
+from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
+from ayo_llamaindex.llm import LLMBinding
+from ayo_llamaindex.query_engine import spanned_elsewhere
+from ayo_llamaindex.runtime import LOOP, EngineAssignment
+from ayo_shims import llamaindex_engines as eng
+
+RETRIEVER_REASON = ("the engine's retriever (of nodes that stand for query engines) runs as the user's object "
+                    "(stock calls its sync retrieve on both paths)")
+ENGINE_CACHE_SIZE = 64  # distinct chosen engines kept optimized; a routing function has a handful
+
+
+class EngineCache:
+    """The optimized stand-ins of the engines ``node_to_query_engine_fn`` returned, least recently used
+    dropped past ``size``. Each entry holds its engine, so an ``id()`` in the cache is never a collected
+    engine's; a hit is checked by identity all the same."""
+
+    def __init__(self, policy: str, size: int = ENGINE_CACHE_SIZE) -> None:
+        self.policy, self.size = policy, size
+        self._entries: OrderedDict[int, tuple[Any, ToolQueryEngine]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def standins(self) -> list[ToolQueryEngine]:
+        """The stand-ins kept, least recently used first."""
+        return [standin for _engine, standin in self._entries.values()]
+
+    def get(self, query_engine: Any) -> ToolQueryEngine:
+        """``query_engine``'s stand-in, built on first use (runs on Ayo's loop: no lock needed)."""
+        key = id(query_engine)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is query_engine:
+            self._entries.move_to_end(key)
+            return entry[1]
+        standin = tool_engine(query_engine, self.policy)
+        self._entries[key] = (query_engine, standin)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return standin
+
+
+@dataclass
+class RetrieverRouterPlan:
+    obj: Any
+    parts: dict[str, Any]
+    policy: str
+    engines: EngineCache = field(init=False)
+    kind: str = "retriever_router"
+
+    def __post_init__(self) -> None:
+        self.engines = EngineCache(self.policy)
+
+    def llm_bindings(self) -> list[LLMBinding]:
+        return []  # the engine has no model of its own: the chosen engines' stand-ins bind theirs
+
+    def opaque_modules(self) -> list[tuple[str, str]]:
+        return [("retriever", RETRIEVER_REASON)]
+
+
+def not_lowered_reason(engine: Any) -> str | None:
+    """Why ``engine`` (a ``RetrieverRouterQueryEngine``) runs as the user's object; None when Ayo lowers it."""
+    return overrides_reason(engine, RetrieverRouterQueryEngine, eng.RETRIEVER_ROUTER_MIRRORED)
+
+
+def capture_retriever_router(engine: Any, policy: str) -> RetrieverRouterPlan:
+    return RetrieverRouterPlan(engine, eng.retriever_router_parts(engine), policy)
+
+
+def build_retriever_router_graph(plan: RetrieverRouterPlan, _assign: EngineAssignment) -> Graph:
+    g = Graph(query_id="q")
+    g.input("query")
+    retriever = plan.parts["retriever"]
+
+    async def retrieve(ctx: Any, query: QueryBundle) -> list[NodeWithScore]:
+        return await asyncio.to_thread(retriever.retrieve, query)  # stock's sync call, off the loop
+
+    nodes = Opaque(retrieve, "retriever", takes_ctx=True, resources=None, cost=0.1,
+                   reason=RETRIEVER_REASON).build(g, "retrieve", {"query": "query"})
+    g.output(ToolCall(_route_fn(plan), "router", takes_ctx=True, side_effect=False, resources=None,
+                      cost=2.0).build(g, "route", {"query": "query", "nodes": nodes}))
+    record_optimization(g, "optimized_route", "route",
+                        "the engine the retrieved node maps to runs optimized on the shared engine schedulers")
+    return g
+
+
+def chosen_node(nodes: list[NodeWithScore]) -> Any:
+    """``nodes[0].node`` with stock's checks: ``ValueError`` for more than one, ``IndexError`` for none."""
+    if len(nodes) > 1:
+        raise ValueError("Retrieved more than one node.")  # stock's message
+    return nodes[0].node
+
+
+def _route_fn(plan: RetrieverRouterPlan) -> Any:
+    to_engine = plan.parts["node_to_query_engine"]
+
+    async def route(ctx: Any, query: QueryBundle, nodes: list[NodeWithScore]) -> RESPONSE_TYPE:
+        """``RetrieverRouterQueryEngine._query`` after the retrieval (its errors, then the engine's query)."""
+        node = chosen_node(nodes)
+        # the user's function may build an engine (or do I/O): a worker thread keeps the shared loop free
+        engine = plan.engines.get(await asyncio.to_thread(to_engine, node))
+        return await engine.aquery_in_graph(query, async_call=False)  # stock's sync query(), its spans
+
+    return route
+
+
+class OptimizedRetrieverRouterQueryEngine(ComposedQueryEngine):
+    """A ``RetrieverRouterQueryEngine`` run as an Ayo graph: the same response and errors, the chosen engine
+    optimized."""
+
+    capture = staticmethod(capture_retriever_router)
+    build = staticmethod(build_retriever_router_graph)
+
+    # stock's _aquery returns self._query(...): its _query span inside _aquery's, and the sync path throughout
+    @spanned_elsewhere
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        with spans.opened(self._stock, ["_aquery", "_query"], query_bundle) as inner:
+            return inner.set(await LOOP.arun(self._run(query_bundle)))  # no caller loop: stock's sync path
+
+    def _query_event(self, query_bundle: QueryBundle) -> Any:
+        # RetrieverRouterQueryEngine._query opens no QUERY event of its own (the chosen engine's query does)
+        return events.query_event(self, query_bundle, lowered=False)
+
+    def explain(self) -> Any:
+        to_engine = self._plan.parts["node_to_query_engine"]
+        lines = [f"query_engine: {type(self._stock).__name__}",
+                 f"  retriever: Opaque ({type(self._plan.parts['retriever']).__name__})",
+                 f"  engine: ToolCall ({getattr(to_engine, '__name__', type(to_engine).__name__)} on the one "
+                 "retrieved node, then that engine, optimized)"]
+        if chosen := self._plan.engines.standins():  # known only once queries ran: the function picks them
+            lines.append(f"  engines chosen so far: {', '.join(type(e.stock).__name__ for e in chosen)}")
+        return explanation(f"Ayo plan for {type(self._stock).__name__}", graph=self.graph, trace=self.last_trace,
+                           modules=[(type(self._stock).__name__, "QueryEngine")], opaque=self._plan.opaque_modules(),
+                           module_lines=lines)
+
+    def __repr__(self) -> str:
+        return f"OptimizedRetrieverRouterQueryEngine({type(self._stock).__name__})"
