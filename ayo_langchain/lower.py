@@ -134,18 +134,37 @@ class Lowerer(GraphBuilder):
             steps = steps[: self.run.tail_from + 1]
         planned, src = self.composite_run(m, src, cfg)
         outs = [src]
+        fused_to = -1  # parsers up to this step run inside the model's node, over its chunks
         for i, step in enumerate(steps):
+            if i <= fused_to:
+                outs.append(outs[-1])
+                continue
             step_cfg = self.composite_step_config(planned, cfg, f"seq:step:{i + 1}")
             early = None
             if isinstance(step, cap.Model) and i >= 2 and self.plan.prefill_split:
                 from ayo_langchain.prefill import early_inputs
 
                 early = early_inputs(self, steps[i - 1], step, self.dict_sources.get(outs[i - 1]))
-            if early is not None:
-                outs.append(self._lower_model(step, outs[-1], step_cfg, early=early))
+            then = [(p, self.composite_step_config(planned, cfg, f"seq:step:{j + 1}"))
+                    for j, p in enumerate(steps[i + 1:self.streamed_parsers_end(steps, i)], start=i + 1)]
+            if early is not None or then:
+                outs.append(self._lower_model(step, outs[-1], step_cfg, early=early, then=then))
+                fused_to = i + len(then)
             else:
                 outs.append(self.lower(step, outs[-1], step_cfg))
         return self.composite_end(planned, m, outs[-1], self.chunkings.get(outs[-1]))
+
+    def streamed_parsers_end(self, steps: list[cap.Module], i: int) -> int:
+        """Past the text parsers right after ``steps[i]`` when it is a model streamed inside the graph:
+        stock's stream runs their ``transform`` over the model's chunks (one ``on_parser_stream`` per
+        token), so they run in the model's node over its chunks; ``i + 1`` when there are none."""
+        j = i + 1
+        if not (self.streams_models() and isinstance(steps[i], cap.Model) and steps[i] is not self.run.stream_to
+                and id(steps[i]) in self.plan.routed):
+            return j
+        while j < len(steps) and isinstance(steps[j], cap.Parser) and is_text_parser(steps[j]):
+            j += 1
+        return j
 
     def _lower_parallel(self, m: cap.Parallel, src: str, cfg: RunnableConfig) -> str:
         planned, src = self.composite_run(m, src, cfg)
@@ -160,7 +179,8 @@ class Lowerer(GraphBuilder):
 
         out = self.build(Transform(as_dict, m.label(), takes_ctx=True), inputs, "dict")
         self.dict_sources[out] = dict(zip(keys, inputs.values(), strict=True))
-        return self.composite_end(planned, m, out)
+        branches = {key: self.chunkings.get(inputs[f"v{i}"]) for i, key in enumerate(keys)}
+        return self.composite_end(planned, m, out, branches=branches)
 
     def _lower_assign(self, m: cap.Assign, src: str, cfg: RunnableConfig) -> str:
         async def must_be_dict(ctx: Any, value: Any) -> Any:
@@ -179,7 +199,7 @@ class Lowerer(GraphBuilder):
 
         out = self.build(Transform(merge, m.label(), takes_ctx=True), {"base": checked, "new": mapped}, "assign")
         self.dict_sources[out] = {**self.dict_sources[mapped], "__base__": checked}
-        return self.composite_end(planned, m, out, upstream)
+        return self.composite_end(planned, m, out, upstream, mapper=self.chunkings.get(mapped))
 
     def _lower_identity(self, m: cap.Identity, src: str, cfg: RunnableConfig) -> str:
         """``RunnablePassthrough()``: no node, unless a handler sees its run (then one opens and ends it)."""
@@ -222,10 +242,10 @@ class Lowerer(GraphBuilder):
         return planned if planned.reported else None
 
     def composite_end(self, planned: PlannedChainRun | None, m: cap.Module, out: str,
-                      upstream: Chunking | None = None) -> str:
-        """``m``'s value at ``out``; its run ended there when a handler sees it. ``upstream``: how the
-        value a sequence ends with, or an assign's input, was streamed (see :func:`stream_chunks`)."""
-        chunks = stream_chunks(m, upstream)
+                      upstream: Chunking | None = None, **parts: Any) -> str:
+        """``m``'s value at ``out``; its run ended there when a handler sees it. ``upstream``, ``parts``:
+        how the parts of its value were streamed (see :func:`stream_chunks`)."""
+        chunks = stream_chunks(m, upstream, **parts)
         if planned is not None:
             out = self.end_run(planned, out, m.label(), "run_end", chunks=chunks)
         if chunks is not None:
@@ -369,7 +389,10 @@ class Lowerer(GraphBuilder):
 
     # ---- models ---------------------------------------------------------------------------
     def _lower_model(self, m: cap.Model, src: str, cfg: RunnableConfig, early: Any = None,
-                     parts: Callable[[str], list] | None = None, finished: asyncio.Event | None = None) -> str:
+                     parts: Callable[[str], list] | None = None, finished: asyncio.Event | None = None,
+                     then: list[tuple[cap.Module, RunnableConfig]] = ()) -> str:
+        """A model's decode on the LLM engine; ``then``: the parsers after it (with their step
+        configs) that transform its chunks in this node, as under stock's stream."""
         routed = self.plan.routed.get(id(m))
         if routed is None:  # an endpoint the engine does not serve: call the model as-is
             return self._call_node("model", m, src, cfg, COST["opaque"], model=True, kind=Opaque)
@@ -378,6 +401,8 @@ class Lowerer(GraphBuilder):
         # under stock's stream every model of the chain streams (a branch's, a parallel's): same value type
         streamed = parts is None and self.streams_models()
         sink = self.run.sink
+        transforms = [(p.runnable, leaf_config(p_cfg, p.wrappers, p.runnable)) for p, p_cfg in then]
+        streamed_chunks: list[Any] = []  # what the node's last step streamed: its composite streams them too
 
         async def decode(ctx: Any, prompt: Any) -> Any:
             with openai_client.route(openai_client.Route(ctx.llm, on_delta=ctx.stream_cb)):
@@ -388,7 +413,11 @@ class Lowerer(GraphBuilder):
                         if finished is not None:
                             finished.set()
                 if not streaming:
-                    return await aadd_chunks(routed.astream(prompt, run_cfg))
+                    chunks = routed.astream(prompt, run_cfg)
+                    for runnable, transform_cfg in transforms:
+                        chunks = runnable.atransform(chunks, transform_cfg)
+                    streamed_chunks.clear()
+                    return await aadd_chunks(chunks, streamed_chunks.append)
                 # the caller's asks pace the model's stream: each token's events after the previous token's
                 # way through the steps after the model, as in stock's stream
                 chunks = routed.astream(prompt, run_cfg)
@@ -400,7 +429,10 @@ class Lowerer(GraphBuilder):
             inputs.update(early.inputs)
         call = StepLLMCall(_the_prompt, m.label(), call=decode, parts=parts, cost=self.plan.decode_cost(m),
                            prefix_spec=early.spec if early is not None else None)
-        return self.build(call, inputs, "llm")
+        node = self.build(call, inputs, "llm")
+        if streamed and not streaming:
+            self.chunkings[node] = lambda value: list(streamed_chunks) if streamed_chunks else [value]
+        return node
 
 
 # captured module class -> its lowering (by type through the MRO: a module class without one fails loudly)
@@ -425,26 +457,48 @@ for _cls, _lower in ((cap.Sequence, Lowerer._lower_sequence), (cap.Parallel, Low
 Chunking = Callable[[Any], list[Any]]
 
 
-def stream_chunks(m: cap.Module, upstream: Chunking | None = None) -> Chunking | None:
+def stream_chunks(m: cap.Module, upstream: Chunking | None = None, branches: dict[str, Chunking | None] | None = None,
+                  mapper: Chunking | None = None) -> Chunking | None:
     """The chunks composite ``m`` streams for its value under stock's stream, once every part is done;
-    None: the value, one chunk. A parallel: one ``{key: value}`` chunk per key. An ``.assign``: each
-    chunk its input was streamed in (``upstream``; one when None), less the assigned keys, then one
-    chunk per assigned key (``RunnableAssign._atransform``). A sequence: the chunks of its last step's
-    value (``upstream``)."""
+    None: the value, one chunk. A parallel: per key, ``{key: chunk}`` for each chunk its branch streamed
+    (``branches``; one when None). An ``.assign``: each chunk its input was streamed in (``upstream``; one
+    when None), less the assigned keys, then its mapper's chunks (``mapper``, a parallel's; one per
+    assigned key when None) (``RunnableAssign._atransform``). A sequence: its last step's (``upstream``)."""
     if isinstance(m, cap.Parallel):
-        return lambda value: [AddableDict({k: v}) for k, v in value.items()]
+        def parallel_chunks(value: dict) -> list[Any]:
+            return [AddableDict({k: chunk}) for k, v in value.items()
+                    for chunk in (_chunks_of(v, (branches or {}).get(k)))]
+
+        return parallel_chunks
     if isinstance(m, cap.Assign) and m.mapper is not None:
         keys = list(m.mapper.branches)
 
         def assign_chunks(value: dict) -> list[Any]:
             rest = AddableDict({k: v for k, v in value.items() if k not in keys})
             passed = [c for c in (upstream(rest) if upstream is not None and rest else [rest]) if c]
-            return passed + [AddableDict({k: value[k]}) for k in keys]
+            assigned = {k: value[k] for k in keys}
+            return passed + (mapper(assigned) if mapper is not None else [AddableDict({k: v}) for k, v in assigned.items()])
 
         return assign_chunks
     if isinstance(m, cap.Sequence):
         return upstream
     return None
+
+
+def _chunks_of(value: Any, chunking: Chunking | None) -> list[Any]:
+    return chunking(value) if chunking is not None else [value]
+
+
+def is_text_parser(m: cap.Module) -> bool:
+    """``m`` is a ``StrOutputParser`` (bindings aside): its transform streams text chunks that add up to
+    what ``invoke`` gives (a cumulative parser's, a JSON one's, do not add up)."""
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.runnables import RunnableBinding
+
+    inner = m.runnable
+    while isinstance(inner, RunnableBinding):
+        inner = inner.bound
+    return isinstance(inner, StrOutputParser)
 
 
 def is_language_model(m: cap.Module) -> bool:

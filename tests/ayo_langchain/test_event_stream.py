@@ -88,6 +88,25 @@ def assign_after_parallel(server: FakeOpenAIServer) -> tuple[Any, Any]:
     return chain, "what is x?"
 
 
+def two_drafts(server: FakeOpenAIServer) -> tuple[Any, Any]:
+    # models inside a parallel: their parsers transform the tokens, the parallel streams {key: token}
+    def draft(kind: str) -> Any:
+        return ChatPromptTemplate.from_messages([("human", kind + " answer: {question}")]) | fake_chat(server) \
+            | StrOutputParser()
+
+    merge = ChatPromptTemplate.from_messages([("human", "Merge: {short} / {long}")])
+    chain = {"short": draft("Short"), "long": draft("Long")} | merge | fake_chat(server) | StrOutputParser()
+    return chain, {"question": "what is x?"}
+
+
+def draft_then_answer(server: FakeOpenAIServer) -> tuple[Any, Any]:
+    # the first model's parser is not in the streamed tail: it transforms that model's tokens all the same
+    draft = ChatPromptTemplate.from_messages([("human", "Draft: {question}")]) | fake_chat(server) | StrOutputParser()
+    chain = (draft | RunnableLambda(lambda text: {"context": text, "question": "what is x?"}) | PROMPT
+             | fake_chat(server) | StrOutputParser())
+    return chain, {"question": "what is x?"}
+
+
 _IDS = re.compile(r"(lc_run--|run-)[0-9a-f-]{36}")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -120,7 +139,7 @@ async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list
 
 @pytest.mark.parametrize("version", ["v2", "v1"])
 @pytest.mark.parametrize("build", [dict_first, assign_first, nested, lambda_last, routing, sources_last,
-                                   assign_after_parallel])
+                                   assign_after_parallel, two_drafts, draft_then_answer])
 def test_astream_events_are_stocks_run_by_run(build: Any, version: str, fake_server: FakeOpenAIServer) -> None:
     server = fake_server  # Ayo's engine talks to it too: the model's requests go through the engine
     stock, x = build(server)
@@ -133,6 +152,9 @@ def test_astream_events_are_stocks_run_by_run(build: Any, version: str, fake_ser
         name = run.split(" ")[0].split("/")[-1]
         if name.startswith(("RunnableParallel", "RunnableAssign", "gather")):
             # a parallel's chunks (one per key) come as its branches finish, in stock too: an order of timing
+            assert sorted(got_events[run]) == sorted(want_events[run]), run
+        elif sum(1 for e in want_events[run] if e[0].endswith("_start")) > 1:
+            # v1 names a run by its name and tags: sibling runs of one name (two branches' prompts) share a key
             assert sorted(got_events[run]) == sorted(want_events[run]), run
         else:
             assert _branch_order_aside(got_events[run]) == _branch_order_aside(want_events[run]), run
@@ -211,7 +233,8 @@ async def _log_state(chain: Any, x: Any) -> tuple[dict[str, Any], Any]:
                   _plain(state.state["final_output"]))
 
 
-@pytest.mark.parametrize("build", [dict_first, assign_first, nested, sources_last, assign_after_parallel])
+@pytest.mark.parametrize("build", [dict_first, assign_first, nested, sources_last, assign_after_parallel, two_drafts,
+                                   draft_then_answer])
 def test_astream_log_is_stocks(build: Any, fake_server: FakeOpenAIServer) -> None:
     server = fake_server  # Ayo's engine talks to it too: the model's requests go through the engine
     stock, x = build(server)
@@ -222,7 +245,7 @@ def test_astream_log_is_stocks(build: Any, fake_server: FakeOpenAIServer) -> Non
     # log keys number runs of one name in start order ("RunnableSequence:2"): an order of timing among
     # concurrent branches, so runs are compared as a multiset
     assert sorted(got_logs.values()) == sorted(want_logs.values())
-    assert len(want_logs) >= 8
+    assert len(want_logs) >= 7
 
 
 @pytest.mark.parametrize("build", [dict_first, assign_first, nested, sources_last, assign_after_parallel])
