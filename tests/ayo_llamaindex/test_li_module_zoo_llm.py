@@ -10,7 +10,8 @@ output, shows only here. Each pipeline is built as its offline test (or LlamaInd
 ``OpenAILike`` at ``max_tokens=64``, ``temperature=0.0``. Every test also checks the stand-in is really lowered
 (its ``explain()`` or type), so it fails if Ayo silently falls back to running the module opaque.
 
-One question per module, one call per side: the file runs in the default suite (CI's 2-core machine).
+One question per module, one query per side (a wrapper engine makes several LLM calls inside it): the file
+runs in the default suite (CI's 2-core machine).
 """
 
 from __future__ import annotations
