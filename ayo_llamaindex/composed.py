@@ -17,6 +17,7 @@ from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
 from ayo_core.runtime.caller import CALLER_LOOP
+from ayo_core.templates import Opaque, ToolCall
 from ayo_llamaindex import events, spans
 from ayo_llamaindex.query_engine import OptimizedQueryEngine
 from ayo_llamaindex.runtime import EngineAssignment, assign_engines
@@ -66,3 +67,20 @@ class ComposedQueryEngine(OptimizedQueryEngine):
 
     def build_graph(self, captured: tuple[Any, EngineAssignment], _call: Any) -> Graph:
         return type(self).build(*captured)
+
+
+def retrieve_then_route(retriever: Any, reason: str, route: Callable[..., Any], retrieved: str) -> Graph:
+    """``query ── retrieve_<retrieved> ── route ── output``: the user's ``retriever`` (Opaque: its sync
+    ``retrieve`` off the loop, as stock calls it on both paths; ``reason`` says why), then
+    ``route(ctx, query, <retrieved>)`` (a ToolCall: the engines the retrieval picked)."""
+    g = Graph(query_id="q")
+    g.input("query")
+
+    async def retrieve(ctx: Any, query: QueryBundle) -> list[Any]:
+        return await asyncio.to_thread(retriever.retrieve, query)  # stock's sync call, off the loop
+
+    found = Opaque(retrieve, "retriever", takes_ctx=True, resources=None, cost=0.1,
+                   reason=reason).build(g, f"retrieve_{retrieved}", {"query": "query"})
+    g.output(ToolCall(route, "router", takes_ctx=True, side_effect=False, resources=None,
+                      cost=2.0).build(g, "route", {"query": "query", retrieved: found}))
+    return g

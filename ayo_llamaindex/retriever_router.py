@@ -39,9 +39,8 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
-from ayo_core.templates import Opaque, ToolCall
 from ayo_llamaindex import events, spans
-from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
+from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, retrieve_then_route, tool_engine
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.query_engine import spanned_elsewhere
 from ayo_llamaindex.runtime import LOOP, EngineAssignment
@@ -111,17 +110,7 @@ def capture_retriever_router(engine: Any, policy: str) -> RetrieverRouterPlan:
 
 
 def build_retriever_router_graph(plan: RetrieverRouterPlan, _assign: EngineAssignment) -> Graph:
-    g = Graph(query_id="q")
-    g.input("query")
-    retriever = plan.parts["retriever"]
-
-    async def retrieve(ctx: Any, query: QueryBundle) -> list[NodeWithScore]:
-        return await asyncio.to_thread(retriever.retrieve, query)  # stock's sync call, off the loop
-
-    nodes = Opaque(retrieve, "retriever", takes_ctx=True, resources=None, cost=0.1,
-                   reason=RETRIEVER_REASON).build(g, "retrieve", {"query": "query"})
-    g.output(ToolCall(_route_fn(plan), "router", takes_ctx=True, side_effect=False, resources=None,
-                      cost=2.0).build(g, "route", {"query": "query", "nodes": nodes}))
+    g = retrieve_then_route(plan.parts["retriever"], RETRIEVER_REASON, _route_fn(plan), "nodes")
     record_optimization(g, "optimized_route", "route",
                         "the engine the retrieved node maps to runs optimized on the shared engine schedulers")
     return g

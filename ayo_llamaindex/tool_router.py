@@ -14,7 +14,6 @@ response's ``retrieved_tools`` metadata, its ``QUERY`` event and its errors are 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +23,9 @@ from llama_index.core.schema import QueryBundle
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
-from ayo_core.templates import Opaque, ToolCall
 from ayo_llamaindex import retrieval
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
-from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
+from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, retrieve_then_route, tool_engine
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.router import combiner
 from ayo_llamaindex.runtime import EngineAssignment
@@ -73,17 +71,7 @@ def capture_tool_router(engine: Any, policy: str) -> ToolRouterPlan:
 
 
 def build_tool_router_graph(plan: ToolRouterPlan, assign: EngineAssignment) -> Graph:
-    g = Graph(query_id="q")
-    g.input("query")
-    retriever = plan.parts["retriever"]
-
-    async def retrieve_tools(ctx: Any, query: QueryBundle) -> list[Any]:
-        return await asyncio.to_thread(retriever.retrieve, query)  # stock's sync call, off the loop
-
-    tools = Opaque(retrieve_tools, "retriever", takes_ctx=True, resources=None, cost=0.1,
-                   reason=RETRIEVER_REASON).build(g, "retrieve_tools", {"query": "query"})
-    g.output(ToolCall(_route_fn(plan, assign), "router", takes_ctx=True, side_effect=False, resources=None,
-                      cost=2.0).build(g, "route", {"query": "query", "tools": tools}))
+    g = retrieve_then_route(plan.parts["retriever"], RETRIEVER_REASON, _route_fn(plan, assign), "tools")
     record_optimization(g, "concurrent_routes", "route",
                         "the retrieved tools' query engines run at once on the shared engine schedulers")
     return g

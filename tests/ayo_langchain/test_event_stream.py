@@ -21,9 +21,18 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnableParallel, RunnablePassthrough
 
 import ayo_langchain
-from tests.ayo_langchain.lc_helpers import FakeOpenAIServer, fake_chat
+from tests.ayo_langchain.lc_helpers import MODEL, FakeOpenAIServer, fake_chat
 
 PROMPT = ChatPromptTemplate.from_messages([("human", "Context: {context}\nQuestion: {question}")])
+
+
+def chat_model(server: FakeOpenAIServer | str) -> Any:
+    """The chains' model: at the fake server, or at a real one (its base URL) with 64-token answers."""
+    if isinstance(server, str):
+        from langchain_openai import ChatOpenAI
+
+        return ChatOpenAI(model=MODEL, base_url=server, api_key="none", temperature=0, max_tokens=64)
+    return fake_chat(server)
 
 
 def fetch(question: str) -> list[str]:
@@ -36,13 +45,13 @@ def fmt(docs: list[str]) -> str:
 
 def dict_first(server: FakeOpenAIServer) -> tuple[Any, Any]:
     chain = ({"context": RunnableLambda(fetch) | fmt, "question": RunnablePassthrough()}
-             | PROMPT | fake_chat(server) | StrOutputParser())
+             | PROMPT | chat_model(server) | StrOutputParser())
     return chain, "what is x?"
 
 
 def assign_first(server: FakeOpenAIServer) -> tuple[Any, Any]:
     chain = (RunnablePassthrough.assign(context=RunnableLambda(lambda d: fetch(d["question"])) | fmt)
-             | PROMPT | fake_chat(server) | StrOutputParser())
+             | PROMPT | chat_model(server) | StrOutputParser())
     return chain, {"question": "what is x?"}
 
 
@@ -50,20 +59,20 @@ def nested(server: FakeOpenAIServer) -> tuple[Any, Any]:
     inner = RunnableParallel(context=RunnableLambda(fetch) | RunnableLambda(fmt).with_config(tags=["fmt"]),
                              question=RunnablePassthrough())
     chain = (RunnableLambda(str.strip, name="tidy") | inner.with_config(run_name="gather", tags=["g"])
-             | PROMPT | fake_chat(server) | StrOutputParser())
+             | PROMPT | chat_model(server) | StrOutputParser())
     return chain, "  what is x?  "
 
 
 def lambda_last(server: FakeOpenAIServer) -> tuple[Any, Any]:
     # a LangGraph node's shape: the parser streams the model's tokens, the lambda gathers them (stock's transform)
     chain = ({"context": RunnableLambda(fetch) | fmt, "question": RunnablePassthrough()}
-             | PROMPT | fake_chat(server) | StrOutputParser() | RunnableLambda(lambda text: {"answer": text.upper()}))
+             | PROMPT | chat_model(server) | StrOutputParser() | RunnableLambda(lambda text: {"answer": text.upper()}))
     return chain, "what is x?"
 
 
 def routing(server: FakeOpenAIServer) -> tuple[Any, Any]:
     # a routing function: stock invokes the runnable it returns inside the lambda's run
-    answer = PROMPT | fake_chat(server) | StrOutputParser()
+    answer = PROMPT | chat_model(server) | StrOutputParser()
 
     def route(d: dict) -> Any:
         return answer if d["question"] else RunnableLambda(lambda _: "no question")
@@ -74,7 +83,7 @@ def routing(server: FakeOpenAIServer) -> tuple[Any, Any]:
 
 def sources_last(server: FakeOpenAIServer) -> tuple[Any, Any]:
     # LangChain's "returning sources" recipe: the answer chain assigned beside the retrieved context
-    answer = PROMPT | fake_chat(server) | StrOutputParser()
+    answer = PROMPT | chat_model(server) | StrOutputParser()
     chain = RunnableParallel({"context": RunnableLambda(fetch) | fmt, "question": RunnablePassthrough()}).assign(
         answer=answer)
     return chain, "what is x?"
@@ -83,7 +92,7 @@ def sources_last(server: FakeOpenAIServer) -> tuple[Any, Any]:
 def assign_after_parallel(server: FakeOpenAIServer) -> tuple[Any, Any]:
     # the assign inside the graph gets its input as the parallel streams it: one chunk per key
     chain = ({"docs": RunnableLambda(fetch), "question": RunnablePassthrough()}
-             | RunnablePassthrough.assign(context=lambda d: fmt(d["docs"])) | PROMPT | fake_chat(server)
+             | RunnablePassthrough.assign(context=lambda d: fmt(d["docs"])) | PROMPT | chat_model(server)
              | StrOutputParser())
     return chain, "what is x?"
 
@@ -91,19 +100,19 @@ def assign_after_parallel(server: FakeOpenAIServer) -> tuple[Any, Any]:
 def two_drafts(server: FakeOpenAIServer) -> tuple[Any, Any]:
     # models inside a parallel: their parsers transform the tokens, the parallel streams {key: token}
     def draft(kind: str) -> Any:
-        return ChatPromptTemplate.from_messages([("human", kind + " answer: {question}")]) | fake_chat(server) \
+        return ChatPromptTemplate.from_messages([("human", kind + " answer: {question}")]) | chat_model(server) \
             | StrOutputParser()
 
     merge = ChatPromptTemplate.from_messages([("human", "Merge: {short} / {long}")])
-    chain = {"short": draft("Short"), "long": draft("Long")} | merge | fake_chat(server) | StrOutputParser()
+    chain = {"short": draft("Short"), "long": draft("Long")} | merge | chat_model(server) | StrOutputParser()
     return chain, {"question": "what is x?"}
 
 
 def draft_then_answer(server: FakeOpenAIServer) -> tuple[Any, Any]:
     # the first model's parser is not in the streamed tail: it transforms that model's tokens all the same
-    draft = ChatPromptTemplate.from_messages([("human", "Draft: {question}")]) | fake_chat(server) | StrOutputParser()
+    draft = ChatPromptTemplate.from_messages([("human", "Draft: {question}")]) | chat_model(server) | StrOutputParser()
     chain = (draft | RunnableLambda(lambda text: {"context": text, "question": "what is x?"}) | PROMPT
-             | fake_chat(server) | StrOutputParser())
+             | chat_model(server) | StrOutputParser())
     return chain, {"question": "what is x?"}
 
 
@@ -141,7 +150,18 @@ async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list
 @pytest.mark.parametrize("build", [dict_first, assign_first, nested, lambda_last, routing, sources_last,
                                    assign_after_parallel, two_drafts, draft_then_answer])
 def test_astream_events_are_stocks_run_by_run(build: Any, version: str, fake_server: FakeOpenAIServer) -> None:
-    server = fake_server  # Ayo's engine talks to it too: the model's requests go through the engine
+    # Ayo's engine talks to the fake server too: the model's requests go through the engine
+    assert_same_runs(build, fake_server, version)
+
+
+@pytest.mark.llm
+@pytest.mark.parametrize("build", [dict_first, lambda_last, sources_last, two_drafts, draft_then_answer])
+def test_astream_events_are_stocks_run_by_run_on_the_real_server(build: Any, llm_url: str) -> None:
+    assert_same_runs(build, llm_url, "v2")
+
+
+def assert_same_runs(build: Any, server: FakeOpenAIServer | str, version: str) -> None:
+    """The optimized chain's ``astream_events`` against stock's, run by run (see the module docstring)."""
     stock, x = build(server)
     fast = ayo_langchain.optimize(build(server)[0])
     want_events, want_runs = asyncio.run(_runs(stock, x, version))
