@@ -477,7 +477,9 @@ def stream_chunks(m: cap.Module, upstream: Chunking | None = None, branches: dic
             rest = AddableDict({k: v for k, v in value.items() if k not in keys})
             passed = [c for c in (upstream(rest) if upstream is not None and rest else [rest]) if c]
             assigned = {k: value[k] for k in keys}
-            return passed + (mapper(assigned) if mapper is not None else [AddableDict({k: v}) for k, v in assigned.items()])
+            if mapper is None:
+                return passed + [AddableDict({k: v}) for k, v in assigned.items()]
+            return passed + mapper(assigned)
 
         return assign_chunks
     if isinstance(m, cap.Sequence):
