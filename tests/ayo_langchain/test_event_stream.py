@@ -6,6 +6,10 @@ The global interleaving of events of different runs is compared from the streame
 token through the parser and out of the chain before the next is read, as stock's pull-based stream
 does); before it, not (docs/observability.md): stock's composite streams its chunk right after its
 last step's, Ayo's when its last step's node has ended.
+
+The chains' model requests go through Ayo's LLM engine (the ``fake_server`` fixture points the engine at
+the fake server, which opens a stream with its first text, as some servers do); five chains are also
+compared on the real vLLM server.
 """
 
 from __future__ import annotations
