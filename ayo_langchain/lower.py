@@ -64,6 +64,8 @@ class ChainCall:
     sync: bool = False  # the user called a sync method: user objects run their sync code, as in stock
     streaming: bool = False  # the user called stream/astream: stock runs every step's transform
     open_runs: list[Any] = field(default_factory=list)  # composites' runs started and not ended (PlannedChainRun)
+    # the chunks stock's stream gives the graph's output in (its last composite's); None: the value, one chunk
+    out_chunking: Callable[[Any], list[Any]] | None = None
 
     async def fail_open_runs(self, error: BaseException) -> None:
         """End the composites' runs a failure left open with the error, innermost first, as stock's
@@ -495,23 +497,25 @@ def is_text_parser(m: cap.Module) -> bool:
     """``m`` is a ``StrOutputParser`` (bindings aside): its transform streams text chunks that add up to
     what ``invoke`` gives (a cumulative parser's, a JSON one's, do not add up)."""
     from langchain_core.output_parsers import StrOutputParser
-    from langchain_core.runnables import RunnableBinding
 
-    inner = m.runnable
-    while isinstance(inner, RunnableBinding):
-        inner = inner.bound
-    return isinstance(inner, StrOutputParser)
+    return isinstance(_unbound(m), StrOutputParser)
 
 
 def is_language_model(m: cap.Module) -> bool:
     """``m`` is a model (or bindings around one) that Ayo calls as-is."""
     from langchain_core.language_models import BaseLanguageModel
+
+    return isinstance(_unbound(m), BaseLanguageModel)
+
+
+def _unbound(m: cap.Module) -> Any:
+    """``m``'s runnable inside its bindings (``with_config``, ``bind``)."""
     from langchain_core.runnables import RunnableBinding
 
     inner = m.runnable
     while isinstance(inner, RunnableBinding):
         inner = inner.bound
-    return isinstance(inner, BaseLanguageModel)
+    return inner
 
 
 def _lambda_body(lam: Any, inline: bool) -> Callable[..., Any]:

@@ -48,7 +48,7 @@ from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import leaf_config, reported, start_chain_run, step_config
 from ayo_langchain.history import stream_twin
-from ayo_langchain.lower import SECONDS_PER_TOKEN, ChainCall, Lowerer, is_language_model, stream_chunks
+from ayo_langchain.lower import SECONDS_PER_TOKEN, ChainCall, Lowerer, is_language_model
 from ayo_shims import langchain as shims
 from ayo_shims import openai_client, python_runtime
 
@@ -406,7 +406,8 @@ class OptimizedRunnable(Runnable):
         else:  # a model (or step) Ayo does not route: the graph computes its input, it streams as-is
             run.tail_from = at - 1
             # the step gets its input in the chunks stock's previous step streams it in (a parallel's: one per key)
-            given = _streamed_as(steps, at - 1, await self._execute(input, run)) if at > 0 else [input]
+            prefix = await self._execute(input, run) if at > 0 else input
+            given = run.out_chunking(prefix) if at > 0 and run.out_chunking is not None else [prefix]
             source = None if run.sync else _astream_over(model.runnable, given, cfg_of(at))
             first = (lambda: _stream_over(model.runnable, given, cfg_of(at))) if run.sync else None
         if run.sync:  # the user's steps run their sync transform, in a worker thread, as in stock
@@ -439,7 +440,10 @@ def _lower_call(plan: Plan, run: ChainCall) -> Graph:
     # on a failure the query lets what does not need the failed node finish too
     g = Graph(meta={"drain_on_failure": run.sync})
     g.input("input")
-    g.output(Lowerer(plan, run, graph=g).lower(plan.root, "input", run.cfg))
+    lowerer = Lowerer(plan, run, graph=g)
+    out = lowerer.lower(plan.root, "input", run.cfg)
+    run.out_chunking = lowerer.chunkings.get(out)  # a stream's tail step gets the output in these chunks
+    g.output(out)
     return g
 
 
@@ -455,21 +459,6 @@ def _bound_config(config: RunnableConfig | None, wrappers: tuple[Any, ...]) -> R
 # (A lambda's expansions hang under the chain run, and composites report no run: those keep it.)
 _SELF_REPORTING = (cap.Model, cap.Prompt, cap.Parser, cap.Pick, cap.VectorRetriever, cap.MultiQuery, cap.Ensemble,
                    cap.Branch)
-
-
-def _streamed_as(steps: list[cap.Module], i: int, value: Any) -> list[Any]:
-    """The chunks stock's stream of ``steps[i]`` gives ``value`` in (a parallel's: one per key)."""
-    chunking = _chunking(steps, i)
-    return chunking(value) if chunking is not None else [value]
-
-
-def _chunking(steps: list[cap.Module], i: int) -> Any:
-    step, upstream = steps[i], None
-    if isinstance(step, cap.Sequence) and step.steps:
-        upstream = _chunking(step.steps, len(step.steps) - 1)
-    elif isinstance(step, cap.Assign) and i > 0:
-        upstream = _chunking(steps, i - 1)
-    return stream_chunks(step, upstream)
 
 
 def _astream_over(runnable: Runnable, chunks: list[Any], cfg: RunnableConfig) -> AsyncIterator[Any]:
