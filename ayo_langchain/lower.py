@@ -157,14 +157,15 @@ class Lowerer(GraphBuilder):
         return self.composite_end(planned, m, outs[-1], self.chunkings.get(outs[-1]))
 
     def streamed_parsers_end(self, steps: list[cap.Module], i: int) -> int:
-        """Past the text parsers right after ``steps[i]`` when it is a model streamed inside the graph:
-        stock's stream runs their ``transform`` over the model's chunks (one ``on_parser_stream`` per
-        token), so they run in the model's node over its chunks; ``i + 1`` when there are none."""
+        """Past the parsers right after ``steps[i]`` when it is a model streamed inside the graph:
+        stock's stream runs their ``transform`` over the model's chunks (a text parser streams one
+        ``on_parser_stream`` per token, a cumulative one each partial value), so they run in the model's
+        node over its chunks; ``i + 1`` when there are none."""
         j = i + 1
         if not (self.streams_models() and isinstance(steps[i], cap.Model) and steps[i] is not self.run.stream_to
                 and id(steps[i]) in self.plan.routed):
             return j
-        while j < len(steps) and isinstance(steps[j], cap.Parser) and is_text_parser(steps[j]):
+        while j < len(steps) and isinstance(steps[j], cap.Parser):
             j += 1
         return j
 
@@ -491,14 +492,6 @@ def stream_chunks(m: cap.Module, upstream: Chunking | None = None, branches: dic
 
 def _chunks_of(value: Any, chunking: Chunking | None) -> list[Any]:
     return chunking(value) if chunking is not None else [value]
-
-
-def is_text_parser(m: cap.Module) -> bool:
-    """``m`` is a ``StrOutputParser`` (bindings aside): its transform streams text chunks that add up to
-    what ``invoke`` gives (a cumulative parser's, a JSON one's, do not add up)."""
-    from langchain_core.output_parsers import StrOutputParser
-
-    return isinstance(_unbound(m), StrOutputParser)
 
 
 def is_language_model(m: cap.Module) -> bool:

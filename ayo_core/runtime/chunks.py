@@ -21,12 +21,14 @@ def add_chunks(chunks: Iterable[Any]) -> Any:
 
 
 async def aadd_chunks(chunks: AsyncIterable[Any], each: Callable[[Any], Any] | None = None) -> Any:
-    """:func:`add_chunks` of an async stream; ``each(chunk)`` sees every chunk as it comes."""
+    """An async stream's chunks added up as LangChain's next step gathers them (:func:`merge_chunk`: a
+    cumulative parser's partial values do not add, the latest stands); ``each(chunk)`` sees every chunk
+    as it comes."""
     total: Any = None
     async for chunk in chunks:
         if each is not None:
             each(chunk)
-        total = chunk if total is None else total + chunk
+        total = merge_chunk(total, chunk)
     return total
 
 

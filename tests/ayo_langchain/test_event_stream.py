@@ -20,7 +20,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from langchain_core.output_parsers import StrOutputParser
+from langchain_core.output_parsers import CommaSeparatedListOutputParser, JsonOutputParser, StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnableParallel, RunnablePassthrough
 
@@ -120,6 +120,25 @@ def draft_then_answer(server: FakeOpenAIServer) -> tuple[Any, Any]:
     return chain, {"question": "what is x?"}
 
 
+def json_then_answer(server: FakeOpenAIServer) -> tuple[Any, Any]:
+    # a cumulative parser inside the graph streams its partial values; the lambda after it gathers them as
+    # stock's does (two dicts do not add: the latest stands)
+    draft = ChatPromptTemplate.from_messages([("human", "Answer as a JSON object: {question}")]) \
+        | chat_model(server) | JsonOutputParser()
+    chain = (draft | RunnableLambda(lambda d: {"context": d["answer"], "question": "what is x?"}) | PROMPT
+             | chat_model(server) | StrOutputParser())
+    return chain, {"question": "what is x?"}
+
+
+def listed_then_answer(server: FakeOpenAIServer) -> tuple[Any, Any]:
+    # a list parser's chunks are one-item lists that add up; the lambda after it gathers them as stock's
+    items = ChatPromptTemplate.from_messages([("human", "List: {question}")]) | chat_model(server) \
+        | CommaSeparatedListOutputParser()
+    chain = (items | RunnableLambda(lambda xs: {"context": "; ".join(xs), "question": "what is x?"}) | PROMPT
+             | chat_model(server) | StrOutputParser())
+    return chain, {"question": "what is x?"}
+
+
 _IDS = re.compile(r"(lc_run--|run-)[0-9a-f-]{36}")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -152,7 +171,8 @@ async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list
 
 @pytest.mark.parametrize("version", ["v2", "v1"])
 @pytest.mark.parametrize("build", [dict_first, assign_first, nested, lambda_last, routing, sources_last,
-                                   assign_after_parallel, two_drafts, draft_then_answer])
+                                   assign_after_parallel, two_drafts, draft_then_answer, json_then_answer,
+                                   listed_then_answer])
 def test_astream_events_are_stocks_run_by_run(build: Any, version: str, fake_server: FakeOpenAIServer) -> None:
     # Ayo's engine talks to the fake server too: the model's requests go through the engine
     assert_same_runs(build, fake_server, version)
@@ -258,7 +278,7 @@ async def _log_state(chain: Any, x: Any) -> tuple[dict[str, Any], Any]:
 
 
 @pytest.mark.parametrize("build", [dict_first, assign_first, nested, sources_last, assign_after_parallel, two_drafts,
-                                   draft_then_answer])
+                                   draft_then_answer, json_then_answer, listed_then_answer])
 def test_astream_log_is_stocks(build: Any, fake_server: FakeOpenAIServer) -> None:
     server = fake_server  # Ayo's engine talks to it too: the model's requests go through the engine
     stock, x = build(server)
