@@ -7,8 +7,10 @@
   sum of its requests' service times (:mod:`ayo_bench.service_model`) where the node issued one
   after the previous had ended, the longest of them where they overlapped. Engines are taken
   as unlimited and never busy: no schedule waits less. A per-part node whose parts start as its
-  producer streams them (decode pipelining) adds only its shortest part after the producer's
-  finish; a node without engine work (local Python) counts 0.
+  producer streams them (decode pipelining) ends no earlier than its longest part after the
+  producer's start, nor than its last part after the producer's finish: a stream publishes a part
+  once the next one begins, so the last is published when the decode ends
+  (``ayo_core.runtime.context.NodeContext``); a node without engine work (local Python) counts 0.
 * **busiest engine's work**: the least time each engine must be busy to serve the call's
   required requests under any batching (``llm_engine_floor_s``, ``embed_engine_floor_s``), at
   zero load, not the union of Ayo's in-flight intervals (that is a utilization of Ayo's schedule).
@@ -63,6 +65,7 @@ class Request:
     service_s: float = 0.0
     items: int = 1
     node: str = ""
+    part: int | None = None  # the part of a per-part node that made it
     trace: int = -1  # index of the trace it belongs to; -1: outside Ayo's graph
     llm: LLMRequest | None = None
     required: bool = True
@@ -109,7 +112,8 @@ def requests_from_traces(traces: Sequence[Any]) -> list[Request]:
             node = graph.nodes.get(name) if graph is not None else None
             required = graph is None or (node is not None and not node.meta.get("optional"))
             out.append(Request(str(c.engine), c.start - float(getattr(c, "queued", 0.0)), c.end, start=c.start,
-                               items=int(getattr(c, "items", 1)), node=name, trace=t, required=required))
+                               items=int(getattr(c, "items", 1)), node=name, part=getattr(c, "part", None),
+                               trace=t, required=required))
     return out
 
 
@@ -169,15 +173,15 @@ def assign_to_spans(trace_index: int, trace: Any, requests: list[Request], rows:
     """The requests each span made (by id of the span), the rows made into requests there, and the
     rows no span holds.
 
-    An engine call goes to the span of its node that holds it most tightly; a leftover recorder
+    An engine call goes to the span of its node (and part) that holds it most tightly; a leftover recorder
     row (a request made by the node's own code, not through Ayo's engines) to the shortest span
     that holds it.
     """
     spans = _spans(trace)
     by_span: dict[int, list[Request]] = defaultdict(list)
     for r in (r for r in requests if r.trace == trace_index):
-        inside = [s for s in spans if s.node == r.node and s.start - CLOCK_SLACK_S <= r.issued
-                  and r.end <= s.end + CLOCK_SLACK_S]
+        inside = [s for s in spans if s.node == r.node and (r.part is None or s.part == r.part)
+                  and s.start - CLOCK_SLACK_S <= r.issued and r.end <= s.end + CLOCK_SLACK_S]
         if inside:
             best = min(inside, key=lambda s: (s.end - r.end) + (r.issued - s.start))
             by_span[id(best)].append(r)
@@ -196,24 +200,34 @@ def assign_to_spans(trace_index: int, trace: Any, requests: list[Request], rows:
     return by_span, inner, outside
 
 
-def node_services(trace: Any, by_span: dict[int, list[Request]]) -> dict[str, float]:
+@dataclass(frozen=True)
+class NodeServices:
+    """Zero-load service per node (``whole``), and per streamed consumer its last part's (``last_part``)."""
+
+    whole: dict[str, float]
+    last_part: dict[str, float] = field(default_factory=dict)
+
+
+def node_services(trace: Any, by_span: dict[int, list[Request]]) -> NodeServices:
     """Zero-load service per node: its span's requests chained; parts as the runtime runs them."""
     whole: dict[str, float] = {}
-    parts: dict[str, list[float]] = defaultdict(list)
+    parts: dict[str, dict[int, float]] = defaultdict(dict)
     graph = getattr(trace, "graph", None)
     for s in _spans(trace):
         cost = longest_chain([(r.issued, r.end, r.service_s) for r in by_span.get(id(s), [])])
         if getattr(s, "part", None) is None:
             whole[s.node] = max(whole.get(s.node, 0.0), cost)
         else:
-            parts[s.node].append(cost)
+            parts[s.node][s.part] = max(parts[s.node].get(s.part, 0.0), cost)
+    last_part: dict[str, float] = {}
     for name, costs in parts.items():
+        # every part runs once its producer has started (a streamed consumer's) or ended; the parts of
+        # a streamed consumer also end no earlier than the last after the producer's end
+        whole[name] = max(whole.get(name, 0.0), max(costs.values()))
         node = graph.nodes.get(name) if graph is not None else None
-        streamed = node is not None and is_stream_consumer(node)
-        # parts of a streamed consumer start as their producer emits them: only the shortest
-        # surely runs after the producer's finish; other per-part nodes start them all together
-        whole[name] = max(whole.get(name, 0.0), min(costs) if streamed else max(costs))
-    return whole
+        if node is not None and is_stream_consumer(node):
+            last_part[name] = costs[max(costs)]
+    return NodeServices(whole, last_part)
 
 
 def used_speculation(trace: Any, trace_index: int, requests: Sequence[Request],
@@ -239,11 +253,12 @@ def used_speculation(trace: Any, trace_index: int, requests: Sequence[Request],
     return {consumer: (inside[0].node, longest_chain([(r.issued, r.end, r.service_s) for r in inside]))}
 
 
-def graph_critical_path(graph: Any, services: dict[str, float],
+def graph_critical_path(graph: Any, services: NodeServices,
                         speculated: dict[str, tuple[str, float]] | None = None) -> float:
     """Longest path of ``services`` over ``graph``'s edges (optional nodes are not waited for); a
-    consumer in ``speculated`` ends no earlier than its speculative run could (see :func:`used_speculation`)."""
-    finish: dict[str, float] = {}
+    streamed consumer as in the module doc; a consumer in ``speculated`` ends no earlier than its
+    speculative run could (see :func:`used_speculation`)."""
+    whole, finish = services.whole, {}
     for name in graph.topo_order():
         node = graph.nodes[name]
         deps = [d for d in node.deps if d in graph.nodes]
@@ -251,9 +266,10 @@ def graph_critical_path(graph: Any, services: dict[str, float],
             source = node.inputs[node.meta["per_part"]]
             others = [finish[d] for d in deps if d != source]
             start = max([*others, _start(graph, source, finish)], default=0.0)
-            finish[name] = max(finish.get(source, 0.0), start + services.get(name, 0.0))
+            last = max([*others, finish.get(source, 0.0)]) + services.last_part.get(name, 0.0)
+            finish[name] = max(finish.get(source, 0.0), start + whole.get(name, 0.0), last)
         else:
-            finish[name] = max((finish[d] for d in deps), default=0.0) + services.get(name, 0.0)
+            finish[name] = max((finish[d] for d in deps), default=0.0) + whole.get(name, 0.0)
         reads, chain = (speculated or {}).get(name, ("", 0.0))
         if reads in graph.nodes:
             finish[name] = max(finish[name], _start(graph, reads, finish) + chain)
@@ -305,7 +321,7 @@ def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Seq
         graph = getattr(trace, "graph", None)
         speculated = used_speculation(trace, t, every, by_span)
         cp = graph_critical_path(graph, services, speculated) if graph is not None else \
-            max(services.values(), default=0.0)
+            max(services.whole.values(), default=0.0)
         top.append((trace.start, trace.end, cp))
     outside = [Request("llm", row["start"], row["end"], llm=llm_request(row)) for row in left]
     price(outside, service)

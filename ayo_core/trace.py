@@ -131,6 +131,7 @@ class EngineCall:
     items: int = 1
     batch_requests: int = 1
     queued: float = 0.0
+    part: int | None = None  # the part of a per-part node that made it (its span's ``part``)
 
 
 class Trace:

@@ -192,7 +192,8 @@ def record_call(req: EngineRequest, engine_kind: str, method: str, batch_id: int
         req.span.batch_ids.append(batch_id)
     if req.trace is not None:
         req.trace.engine_calls.append(EngineCall(engine_kind, method, batch_id, start, end, req.query_id,
-                                                 req.node, req.items, batch_requests, queued))
+                                                 req.node, req.items, batch_requests, queued,
+                                                 req.span.part if req.span is not None else None))
 
 
 class DirectDispatcher:

@@ -26,6 +26,7 @@ from ayo_bench.service_model import (
     step_engine_floor_s,
 )
 from ayo_core.graph import Graph, Node, Op
+from ayo_core.passes import optimize_graph
 from ayo_core.runtime import Runtime, reference_run
 from ayo_core.runtime.clock import run_virtual
 from ayo_core.runtime.context import Engines
@@ -177,6 +178,38 @@ def llm_dags(draw: Any) -> list[tuple[int, int, tuple[int, ...]]]:
     n = draw(st.integers(1, 8))
     return [(draw(st.integers(1, 120)), draw(st.integers(0, 16)),
              tuple(draw(st.lists(st.integers(0, i - 1), max_size=2, unique=True))) if i else ()) for i in range(n)]
+
+
+def streamed_parts_graph() -> Graph:
+    """A decode whose words stream to a per-part LLM consumer, as decode pipelining marks it; the
+    consumer's answer grows with the word (the last word, published when the decode ends, is the longest)."""
+    async def gen(ctx: Any) -> str:
+        return (await ctx.llm.complete("list the words", max_tokens=5, stream_cb=ctx.stream_cb)).text
+
+    async def per(ctx: Any, part: str) -> str:
+        return (await ctx.llm.complete(f"explain {part}", max_tokens=3 * len(part))).text
+
+    g = Graph("s")
+    g.add(Node("d", Op.DECODE, fn=gen, engine="llm", streamable=True, meta={"parts": str.split}))
+    g.add(Node("p", Op.DECODE, fn=per, inputs={"part": "d"}, engine="llm", meta={"per_part": "part"}))
+    g.output("p")
+    return optimize_graph(g, ["decode_pipelining"])
+
+
+def test_a_streamed_consumer_ends_no_earlier_than_its_last_part_after_the_decode() -> None:
+    # the stream publishes a part once the next begins: the last one when the decode ends, so every
+    # schedule runs it after the decode. Ample engines: Ayo's pipelined schedule is the best one
+    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)
+    llm = RecordedFakeLLM(wide, responder=lambda prompt, n: "a bb ccc dddd eeeee", max_concurrency=8)
+    graph = streamed_parts_graph()
+    assert graph["p"].meta["pipelined"] is True
+    b = bound_of_run(graph, Engines(llm=llm), FakeEnginesServiceModel(wide, llm_slots=8))
+    service = FakeEnginesServiceModel(wide)
+    decode = service.llm_alone_s(*next((r["prompt_tokens"], 0, r["completion_tokens"]) for r in llm.rows
+                                       if r["completion_tokens"] == 5))
+    last = max(service.llm_alone_s(r["prompt_tokens"], 0, r["completion_tokens"]) for r in llm.rows[1:])
+    assert b.critical_path_s == pytest.approx(decode + last, rel=1e-6)  # before: the decode alone
+    assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)
 
 
 def dag_graph(spec: list[tuple[int, int, tuple[int, ...]]]) -> Graph:
