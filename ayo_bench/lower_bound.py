@@ -7,10 +7,13 @@
   sum of its requests' service times (:mod:`ayo_bench.service_model`) where the node issued one
   after the previous had ended, the longest of them where they overlapped. Engines are taken
   as unlimited and never busy: no schedule waits less. A per-part node whose parts start as its
-  producer streams them (decode pipelining) ends no earlier than its longest part after the
-  producer's start, nor than its last part after the producer's finish: a stream publishes a part
-  once the next one begins, so the last is published when the decode ends
-  (``ayo_core.runtime.context.NodeContext``); a node without engine work (local Python) counts 0.
+  producer streams them (decode pipelining) runs each part once the producer could have decoded
+  the text that defined it: the producer's span notes the text deltas it had received when it
+  published each part (``NodeSpan.part_deltas``; a delta is at least one token), so at zero load
+  part ``i`` exists no earlier than the producer's start plus its time to decode that many tokens
+  (its request alone, less the rest of its decode); a part published when the producer ended, no
+  earlier than its end; a part of a producer that notes nothing, no earlier than its start. A
+  node without engine work (local Python) counts 0.
 * **busiest engine's work**: the least time each engine must be busy to serve the call's
   required requests under any batching (``llm_engine_floor_s``, ``embed_engine_floor_s``), at
   zero load, not the union of Ayo's in-flight intervals (that is a utilization of Ayo's schedule).
@@ -202,13 +205,16 @@ def assign_to_spans(trace_index: int, trace: Any, requests: list[Request], rows:
 
 @dataclass(frozen=True)
 class NodeServices:
-    """Zero-load service per node (``whole``), and per streamed consumer its last part's (``last_part``)."""
+    """Zero-load service per node (``whole``); per streamed consumer its parts' (``parts``); per
+    producer that noted where it published its parts, each part's least time from the producer's
+    start (``leads``, None: not known; parts past the list were published at the producer's end)."""
 
     whole: dict[str, float]
-    last_part: dict[str, float] = field(default_factory=dict)
+    parts: dict[str, dict[int, float]] = field(default_factory=dict)
+    leads: dict[str, list[float | None]] = field(default_factory=dict)
 
 
-def node_services(trace: Any, by_span: dict[int, list[Request]]) -> NodeServices:
+def node_services(trace: Any, by_span: dict[int, list[Request]], service: Any) -> NodeServices:
     """Zero-load service per node: its span's requests chained; parts as the runtime runs them."""
     whole: dict[str, float] = {}
     parts: dict[str, dict[int, float]] = defaultdict(dict)
@@ -219,15 +225,34 @@ def node_services(trace: Any, by_span: dict[int, list[Request]]) -> NodeServices
             whole[s.node] = max(whole.get(s.node, 0.0), cost)
         else:
             parts[s.node][s.part] = max(parts[s.node].get(s.part, 0.0), cost)
-    last_part: dict[str, float] = {}
+    streamed = {}
     for name, costs in parts.items():
-        # every part runs once its producer has started (a streamed consumer's) or ended; the parts of
-        # a streamed consumer also end no earlier than the last after the producer's end
-        whole[name] = max(whole.get(name, 0.0), max(costs.values()))
+        whole[name] = max(whole.get(name, 0.0), max(costs.values()))  # other per-part nodes start them all at once
         node = graph.nodes.get(name) if graph is not None else None
         if node is not None and is_stream_consumer(node):
-            last_part[name] = costs[max(costs)]
-    return NodeServices(whole, last_part)
+            streamed[name] = costs
+    leads = {s.node: part_leads(s, by_span.get(id(s), []), whole.get(s.node, 0.0), service)
+             for s in _spans(trace) if getattr(s, "part", None) is None and getattr(s, "part_deltas", None) is not None}
+    return NodeServices(whole, streamed, leads)
+
+
+def part_leads(span: Any, requests: Sequence[Request], cost: float, service: Any) -> list[float | None]:
+    """Each part the producer ``span`` published during its decode: the least time from its start to
+    that part at zero load, its cost less what its one LLM request still had to decode then (the
+    request alone to the end, less alone to that many tokens). None where that is not known."""
+    llm = [r.llm for r in requests if r.engine.lower().startswith("llm")]
+    one = llm[0] if len(llm) == 1 and llm[0] is not None else None
+    if one is None:
+        return [None for _ in span.part_deltas]
+    full = service.llm_alone_s(one.prompt_tokens, one.cached_tokens, one.completion_tokens)
+
+    def lead(deltas: int | None) -> float | None:
+        if deltas is None:
+            return None
+        rest = full - service.llm_alone_s(one.prompt_tokens, one.cached_tokens, min(deltas, one.completion_tokens))
+        return max(0.0, cost - rest)
+
+    return [lead(d) for d in span.part_deltas]
 
 
 def used_speculation(trace: Any, trace_index: int, requests: Sequence[Request],
@@ -263,17 +288,29 @@ def graph_critical_path(graph: Any, services: NodeServices,
         node = graph.nodes[name]
         deps = [d for d in node.deps if d in graph.nodes]
         if is_stream_consumer(node):
-            source = node.inputs[node.meta["per_part"]]
-            others = [finish[d] for d in deps if d != source]
-            start = max([*others, _start(graph, source, finish)], default=0.0)
-            last = max([*others, finish.get(source, 0.0)]) + services.last_part.get(name, 0.0)
-            finish[name] = max(finish.get(source, 0.0), start + whole.get(name, 0.0), last)
+            finish[name] = _streamed_finish(graph, node, services, finish)
         else:
             finish[name] = max((finish[d] for d in deps), default=0.0) + whole.get(name, 0.0)
         reads, chain = (speculated or {}).get(name, ("", 0.0))
         if reads in graph.nodes:
             finish[name] = max(finish[name], _start(graph, reads, finish) + chain)
     return max((f for n, f in finish.items() if not graph.nodes[n].meta.get("optional")), default=0.0)
+
+
+def _streamed_finish(graph: Any, node: Any, services: NodeServices, finish: dict[str, float]) -> float:
+    """Earliest end of a streamed consumer: each part from when its producer could have published it."""
+    source = node.inputs[node.meta["per_part"]]
+    others = max((finish[d] for d in node.deps if d in graph.nodes and d != source), default=0.0)
+    src_start, src_end = _start(graph, source, finish), finish.get(source, 0.0)
+    leads = services.leads.get(source)
+    end = src_end  # the consumer's value is whole once its producer has ended
+    for i, cost in services.parts.get(node.name, {}).items():
+        if leads is None or (i < len(leads) and leads[i] is None):
+            ready = src_start
+        else:
+            ready = src_start + leads[i] if i < len(leads) else src_end
+        end = max(end, max(ready, others) + cost)
+    return end
 
 
 def _start(graph: Any, name: str, finish: dict[str, float]) -> float:
@@ -317,7 +354,7 @@ def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Seq
         by_span, inner, left = assign_to_spans(t, trace, requests, left, service)
         unplaced = place_searches(t, trace, unplaced, by_span)
         every += inner
-        services = node_services(trace, by_span)
+        services = node_services(trace, by_span, service)
         graph = getattr(trace, "graph", None)
         speculated = used_speculation(trace, t, every, by_span)
         cp = graph_critical_path(graph, services, speculated) if graph is not None else \

@@ -95,6 +95,9 @@ class NodeSpan:
     batch_ids: list[int] = field(default_factory=list)
     part: int | None = None
     status: str = "done"
+    # a node streaming its output's parts: per part it published during its decode, the text deltas
+    # received by then (None: published by the node's own code); later parts were published at its end
+    part_deltas: list[int | None] | None = None
 
     @property
     def duration(self) -> float:

@@ -144,8 +144,12 @@ class NodeContext:
         self._emit = emit
         self._proxies: dict[str, EngineProxy] = {}
         self._text = ""
+        self._deltas = 0  # non-empty text deltas so far: each is at least one decoded token
+        self._in_delta = False
         self.emitted: list[Any] = []
         self.stream_cb: Callable[[str], None] | None = self._on_delta if streaming else None
+        if emit is not None and span is not None:
+            span.part_deltas = []
 
     def engine(self, kind: str) -> EngineProxy:
         proxy = self._proxies.get(kind)
@@ -172,17 +176,24 @@ class NodeContext:
     def emit(self, part: Any) -> None:
         """Publish the next finished part of this node's output (in order)."""
         self.emitted.append(part)
+        if self.span is not None and self.span.part_deltas is not None:  # where in the decode (the lower bound's)
+            self.span.part_deltas.append(self._deltas if self._in_delta else None)
         if self._emit is not None:
             self._emit(part)
 
     def _on_delta(self, delta: str) -> None:
         self._text += delta
+        self._deltas += bool(delta)
         parser = self.node.meta.get("parts")
         if parser is None:
             return
         parts = parser(self._text)
-        for part in parts[len(self.emitted):-1]:  # the last part may still grow
-            self.emit(part)
+        self._in_delta = True
+        try:
+            for part in parts[len(self.emitted):-1]:  # the last part may still grow
+                self.emit(part)
+        finally:
+            self._in_delta = False
         keep = self.node.meta.get("keep_parts")
         if self.node.meta.get("early_stop") and keep is not None and len(parts) - 1 >= keep:
             from ayo_core.engines.llm_client import StopStream  # the engines' signal (httpx only when used)

@@ -180,17 +180,18 @@ def llm_dags(draw: Any) -> list[tuple[int, int, tuple[int, ...]]]:
              tuple(draw(st.lists(st.integers(0, i - 1), max_size=2, unique=True))) if i else ()) for i in range(n)]
 
 
-def streamed_parts_graph() -> Graph:
+def streamed_parts_graph(parts: Any = str.split, final: Any = None) -> Graph:
     """A decode whose words stream to a per-part LLM consumer, as decode pipelining marks it; the
-    consumer's answer grows with the word (the last word, published when the decode ends, is the longest)."""
-    async def gen(ctx: Any) -> str:
-        return (await ctx.llm.complete("list the words", max_tokens=5, stream_cb=ctx.stream_cb)).text
+    consumer's answer grows with the word. ``final``: the decode's value from its text (its parts)."""
+    async def gen(ctx: Any) -> Any:
+        text = (await ctx.llm.complete("list the words", max_tokens=5, stream_cb=ctx.stream_cb)).text
+        return text if final is None else final(text)
 
     async def per(ctx: Any, part: str) -> str:
         return (await ctx.llm.complete(f"explain {part}", max_tokens=3 * len(part))).text
 
     g = Graph("s")
-    g.add(Node("d", Op.DECODE, fn=gen, engine="llm", streamable=True, meta={"parts": str.split}))
+    g.add(Node("d", Op.DECODE, fn=gen, engine="llm", streamable=True, meta={"parts": parts}))
     g.add(Node("p", Op.DECODE, fn=per, inputs={"part": "d"}, engine="llm", meta={"per_part": "part"}))
     g.output("p")
     return optimize_graph(g, ["decode_pipelining"])
@@ -210,6 +211,26 @@ def test_a_streamed_consumer_ends_no_earlier_than_its_last_part_after_the_decode
     last = max(service.llm_alone_s(r["prompt_tokens"], 0, r["completion_tokens"]) for r in llm.rows[1:])
     assert b.critical_path_s == pytest.approx(decode + last, rel=1e-6)  # before: the decode alone
     assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)
+
+
+def test_a_streamed_part_published_before_the_decode_ends_is_bounded_from_where_it_was_published() -> None:
+    # a parser that holds back a stand-in, not its last part (the sub-question generator's): every word is
+    # published as it arrives, and the decode goes on for two more tokens after the last
+    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)
+    llm = RecordedFakeLLM(wide, responder=lambda prompt, n: "a bb ccc . .", max_concurrency=8)
+    def words(text: str) -> list[str]:
+        return [w for w in text.split() if w != "."]
+
+    graph = streamed_parts_graph(lambda text: [*words(text), None], final=words)
+    b = bound_of_run(graph, Engines(llm=llm), FakeEnginesServiceModel(wide, llm_slots=8))
+    service = FakeEnginesServiceModel(wide)
+    gen = next(r for r in llm.rows if r["prompt_tokens"] == 3)
+    decode = service.llm_alone_s(gen["prompt_tokens"], 0, gen["completion_tokens"])
+    ccc = service.llm_alone_s(gen["prompt_tokens"], 0, 3)  # the third word is whole after three tokens
+    last = service.llm_alone_s(2, 0, 5)
+    assert b.critical_path_s == pytest.approx(ccc + last, rel=1e-6)
+    assert b.critical_path_s < decode + last - 0.015  # not after the decode's two trailing tokens
+    assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)  # ample engines: Ayo's schedule meets it
 
 
 def dag_graph(spec: list[tuple[int, int, tuple[int, ...]]]) -> Graph:
