@@ -21,7 +21,9 @@
 Both hold for any schedule, so ``latency / bound >= 1`` for every run; how far above 1 is what
 scheduling, Python, queueing and interference cost. A call that ran several of Ayo's queries (a
 conversation's turns) chains them where one started after the other ended (the caller awaited
-it), as it chains requests made outside Ayo's graph (a doc-QA function's own code).
+it), as it chains requests made outside Ayo's graph (a doc-QA function's own code). A query that
+ran inside a node of another (a sub-question's query engine inside its sub-answer) is that node's
+work: its critical path counts in the node's service.
 
 A consumer whose value came from a speculative run (a synthesis started on a rerank's partial
 output, :mod:`ayo_core.templates.speculation`) sends nothing itself: the run's requests are its work,
@@ -331,6 +333,20 @@ def place_searches(trace_index: int, trace: Any, searches: list[Request],
     return left
 
 
+def place_nested_queries(trace_index: int, trace: Any, queries: list[tuple[float, float, float]],
+                         by_span: dict[int, list[Request]]) -> list[tuple[float, float, float]]:
+    """Each query ``(start, end, critical path)`` that ran inside a span of ``trace`` to the shortest
+    such span, as that span's work (its critical path at zero load); the rest back."""
+    spans, left = _spans(trace), []
+    for start, end, cp in queries:
+        if (span := _tightest_holder(spans, start, end)) is not None:
+            by_span[id(span)].append(Request("query", start, end, service_s=cp, node=span.node,
+                                             part=span.part, trace=trace_index))
+        else:
+            left.append((start, end, cp))
+    return left
+
+
 def search_requests(searches: Sequence[dict[str, Any]] | None) -> list[Request]:
     """The search service's log (``{"start", "end", "latency_s"}``) as requests: each takes at least the
     service's declared latency, whatever the schedule (it holds every reply that long)."""
@@ -350,9 +366,14 @@ def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Seq
     top: list[tuple[float, float, float]] = []
     every = list(requests)
     unplaced = search_requests(searches)
-    for t, trace in enumerate(traces):
+    nested: list[tuple[float, float, float]] = []  # queries done so far, not yet inside another's node
+    # inner queries first: a query run inside another query's node (a sub-question's query engine in
+    # its sub-answer) is that node's work, and the rows of its engines go to its own spans first
+    for t in sorted(range(len(traces)), key=lambda i: traces[i].end - traces[i].start):
+        trace = traces[t]
         by_span, inner, left = assign_to_spans(t, trace, requests, left, service)
         unplaced = place_searches(t, trace, unplaced, by_span)
+        nested = place_nested_queries(t, trace, nested, by_span)
         every += inner
         services = node_services(trace, by_span, service)
         graph = getattr(trace, "graph", None)
@@ -360,6 +381,7 @@ def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Seq
         cp = graph_critical_path(graph, services, speculated) if graph is not None else \
             max(services.whole.values(), default=0.0)
         top.append((trace.start, trace.end, cp))
+        nested.append((trace.start, trace.end, cp))
     outside = [Request("llm", row["start"], row["end"], llm=llm_request(row)) for row in left]
     price(outside, service)
     every += outside

@@ -233,6 +233,41 @@ def test_a_streamed_part_published_before_the_decode_ends_is_bounded_from_where_
     assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)  # ample engines: Ayo's schedule meets it
 
 
+def test_a_query_run_inside_a_part_is_that_parts_work() -> None:
+    # each part's node runs a query of its own (a sub-question's query engine): that query's critical
+    # path is the part's service. Before, the parts cost nothing and the bound was the decode alone
+    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)
+    llm = RecordedFakeLLM(wide, responder=lambda prompt, n: "a bb ccc" if prompt.startswith("list") else "w " * 20,
+                          max_concurrency=8)
+    engines, inner = Engines(llm=llm), []
+
+    async def gen(ctx: Any) -> str:
+        return (await ctx.llm.complete("list the words", max_tokens=5, stream_cb=ctx.stream_cb)).text
+
+    async def answer(ctx: Any, part: str) -> str:
+        value, trace = await Runtime(engines, inline_sync=True).run(graph_of([llm_node("a", 10, 4 * len(part))], "a"),
+                                                                     {})
+        inner.append(trace)
+        return value
+
+    g = Graph("s")
+    g.add(Node("d", Op.DECODE, fn=gen, engine="llm", streamable=True, meta={"parts": str.split}))
+    g.add(Node("p", Op.TRANSFORM, fn=answer, inputs={"part": "d"}, meta={"per_part": "part"}))
+    g.output("p")
+
+    async def main() -> Any:
+        _, trace = await Runtime(engines, inline_sync=True).run(optimize_graph(g, ["decode_pipelining"]), {})
+        return call_lower_bound([trace, *inner], (trace.start, trace.end), llm.rows,
+                                FakeEnginesServiceModel(wide, llm_slots=8))
+
+    b = run_virtual(main)
+    service = FakeEnginesServiceModel(wide)
+    decode, last = service.llm_alone_s(3, 0, 3), service.llm_alone_s(10, 0, 12)  # "ccc": published at the end
+    assert len(inner) == 3 and b.llm_requests_with_tokens == 4
+    assert b.critical_path_s == pytest.approx(decode + last, rel=1e-6)
+    assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)
+
+
 def dag_graph(spec: list[tuple[int, int, tuple[int, ...]]]) -> Graph:
     nodes = [llm_node(f"n{i}", w, t, tuple(f"n{d}" for d in deps)) for i, (w, t, deps) in enumerate(spec)]
     sinks = [f"n{i}" for i in range(len(spec)) if not any(i in deps for _, _, deps in spec)]
