@@ -27,7 +27,8 @@ work: its critical path counts in the node's service.
 
 A consumer whose value came from a speculative run (a synthesis started on a rerank's partial
 output, :mod:`ayo_core.templates.speculation`) sends nothing itself: the run's requests are its work,
-chained as they ran, starting no earlier than the node whose decode the run reads could start.
+chained as they ran, starting no earlier than the node whose decode the run reads could have
+written the lines the run read (the run's span notes, per part, the deltas through them).
 
 A request to the search service (the apps' web-search stand-in, ``ayo_examples.search_service``,
 which holds every reply for its declared latency) counts that latency in the node that made it, when
@@ -240,29 +241,30 @@ def node_services(trace: Any, by_span: dict[int, list[Request]], service: Any) -
 
 def part_leads(span: Any, requests: Sequence[Request], cost: float, service: Any) -> list[float | None]:
     """Each part the producer ``span`` published during its decode: the least time from its start to
-    that part at zero load, its cost less what its one LLM request still had to decode then (the
-    request alone to the end, less alone to that many tokens). None where that is not known."""
+    that part at zero load (:func:`decode_lead`). None where that is not known."""
+    return [None if d is None else decode_lead(requests, cost, d, service) for d in span.part_deltas]
+
+
+def decode_lead(requests: Sequence[Request], cost: float, deltas: int, service: Any) -> float | None:
+    """The least time from a span's start to the first ``deltas`` text deltas of its decode, at zero
+    load: its cost less what its one LLM request still had to decode then (the request alone to the
+    end, less alone to that many tokens: a delta is at least one token). None: not one LLM request."""
     llm = [r.llm for r in requests if r.engine.lower().startswith("llm")]
-    one = llm[0] if len(llm) == 1 and llm[0] is not None else None
+    one = llm[0] if len(llm) == 1 else None
     if one is None:
-        return [None for _ in span.part_deltas]
+        return None
     full = service.llm_alone_s(one.prompt_tokens, one.cached_tokens, one.completion_tokens)
-
-    def lead(deltas: int | None) -> float | None:
-        if deltas is None:
-            return None
-        rest = full - service.llm_alone_s(one.prompt_tokens, one.cached_tokens, min(deltas, one.completion_tokens))
-        return max(0.0, cost - rest)
-
-    return [lead(d) for d in span.part_deltas]
+    rest = full - service.llm_alone_s(one.prompt_tokens, one.cached_tokens, min(deltas, one.completion_tokens))
+    return max(0.0, cost - rest)
 
 
 def used_speculation(trace: Any, trace_index: int, requests: Sequence[Request],
-                     by_span: dict[int, list[Request]]) -> dict[str, tuple[str, float]]:
-    """``{consumer: (node, chain)}`` when the consumer's value came from its speculative run: the run
-    (span ``{consumer}.speculative``) ended uncancelled and the consumer sent nothing itself. That run's
-    requests (sent through ``node``'s engines, whose decode it reads) are the consumer's work; at zero
-    load they take ``chain`` seconds, and could start no earlier than ``node``'s inputs were there."""
+                     by_span: dict[int, list[Request]], service: Any) -> dict[str, tuple[str, float]]:
+    """``{consumer: (node, earliest end)}`` when the consumer's value came from its speculative run: the
+    run (span ``{consumer}.speculative``) ended uncancelled and the consumer sent nothing itself. That
+    run's requests (sent through ``node``'s engines, whose decode it reads) are the consumer's work; at
+    zero load they take their chain, from no earlier than ``node``'s decode had written what the run
+    read (:func:`speculation_lead`); the value is the least time from ``node``'s start to the run's end."""
     graph = getattr(trace, "graph", None)
     board = graph.meta.get("speculation") if graph is not None else None
     consumer = getattr(board, "consumer", None)
@@ -277,7 +279,24 @@ def used_speculation(trace: Any, trace_index: int, requests: Sequence[Request],
               and r.end <= run.end + CLOCK_SLACK_S]
     if not inside:
         return {}
-    return {consumer: (inside[0].node, longest_chain([(r.issued, r.end, r.service_s) for r in inside]))}
+    reads = inside[0].node
+    lead = speculation_lead(trace, reads, getattr(run, "read_deltas", None) or [], by_span, service)
+    return {consumer: (reads, lead + longest_chain([(r.issued, r.end, r.service_s) for r in inside]))}
+
+
+def speculation_lead(trace: Any, reads: str, read_deltas: Sequence[int], by_span: dict[int, list[Request]],
+                     service: Any) -> float:
+    """The least time from node ``reads``' start to the text a speculative run read: for each part of it
+    (``read_deltas[part]`` deltas), that part's decode to so many deltas (:func:`decode_lead`)."""
+    lead = 0.0
+    for s in _spans(trace):
+        part = s.part if s.part is not None else 0
+        if s.node != reads or part >= len(read_deltas) or read_deltas[part] <= 0:
+            continue
+        requests = by_span.get(id(s), [])
+        cost = longest_chain([(r.issued, r.end, r.service_s) for r in requests])
+        lead = max(lead, decode_lead(requests, cost, read_deltas[part], service) or 0.0)
+    return lead
 
 
 def graph_critical_path(graph: Any, services: NodeServices,
@@ -377,7 +396,7 @@ def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Seq
         every += inner
         services = node_services(trace, by_span, service)
         graph = getattr(trace, "graph", None)
-        speculated = used_speculation(trace, t, every, by_span)
+        speculated = used_speculation(trace, t, every, by_span, service)
         cp = graph_critical_path(graph, services, speculated) if graph is not None else \
             max(services.whole.values(), default=0.0)
         top.append((trace.start, trace.end, cp))

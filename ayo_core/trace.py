@@ -98,6 +98,9 @@ class NodeSpan:
     # a node streaming its output's parts: per part it published during its decode, the text deltas
     # received by then (None: published by the node's own code); later parts were published at its end
     part_deltas: list[int | None] | None = None
+    # a speculative run: per part of the producer whose decode it read, the text deltas through the
+    # last line the run's guess read (the lower bound's: it starts no earlier than that text exists)
+    read_deltas: list[int] | None = None
 
     @property
     def duration(self) -> float:

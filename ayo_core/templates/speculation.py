@@ -48,6 +48,9 @@ class Speculation:
         self.max_starts, self.stable = max_starts, stable
         self.ctx: Any = None  # the context of a producer node: the consumer sends through its engines
         self.texts = [""] * len(parts)
+        self.deltas = [0] * len(parts)  # non-empty deltas per part so far
+        self.line_deltas = [0] * len(parts)  # ... through each part's last finished line (what a guess reads)
+        self.launched_at: list[int] = []  # line_deltas when the running task was launched
         self.task: asyncio.Task | None = None
         self.key: Hashable | None = None
         self.starts = 0
@@ -65,7 +68,11 @@ class Speculation:
 
     def on_delta(self, index: int, delta: str) -> None:
         self.texts[index] += delta
-        if "\n" not in delta or self.starts >= self.max_starts or self.ctx is None:
+        self.deltas[index] += bool(delta)
+        if "\n" not in delta:
+            return
+        self.line_deltas[index] = self.deltas[index]
+        if self.starts >= self.max_starts or self.ctx is None:
             return
         guess = self.guess([text[: text.rfind("\n") + 1] for text in self.texts])
         if guess is None:
@@ -80,6 +87,7 @@ class Speculation:
     def _launch(self, guess: Any, key: Hashable) -> None:
         self.cancel()
         self.key, self.starts = key, self.starts + 1
+        self.launched_at = list(self.line_deltas)  # what the run read (its trace span notes it)
         self.task = asyncio.ensure_future(self._start(self.ctx, guess))
         log.debug("speculative run #%d started", self.starts)
 
@@ -141,7 +149,7 @@ class SpeculationBoard:
         self.pop(query_id)
         spec = self.by_query[query_id] = Speculation(
             parts, lambda texts: self.hooks.guess(state, texts), self.hooks.key,
-            lambda ctx, guess: self._run(ctx, state, guess))
+            lambda ctx, guess: self._run(ctx, state, guess, spec.launched_at))
         return spec
 
     def get(self, query_id: str) -> Speculation | None:
@@ -164,11 +172,11 @@ class SpeculationBoard:
         self.hits += 1
         return True, (await self.hooks.keep(value) if self.hooks.keep is not None else value)
 
-    async def _run(self, ctx: Any, state: Any, guess: Any) -> Any:
+    async def _run(self, ctx: Any, state: Any, guess: Any, read_deltas: list[int]) -> Any:
         """The speculative run, recorded in the query's trace as its own span."""
         loop = asyncio.get_running_loop()
         span = NodeSpan(ctx.query_id, f"{self.consumer}.speculative", self.module, Op.DECODE.value,
-                        ctx.node.engine, loop.time())
+                        ctx.node.engine, loop.time(), read_deltas=read_deltas)
         if ctx.trace is not None:
             ctx.trace.nodes.append(span)
         try:

@@ -428,6 +428,47 @@ def test_a_consumer_fed_by_its_speculative_run_is_bounded_by_that_runs_chain() -
     assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)  # the chain from pick's start: no schedule does better
 
 
+def test_a_speculative_run_is_bounded_from_the_text_it_read() -> None:
+    """As above, but the run starts once ``pick``'s decode has streamed two deltas (its span notes them,
+    as ``SpeculationBoard`` does): no schedule starts it before pick's request has two tokens, so the
+    bound is that lead plus the run's chain (here the latency); before, the chain from pick's start."""
+    from ayo_core.trace import NodeSpan
+
+    runs: dict[str, asyncio.Task] = {}
+
+    async def speculative(ctx: Any) -> str:
+        loop = asyncio.get_running_loop()
+        span = NodeSpan(ctx.query_id, "synth.speculative", "synth", "decode", "llm", loop.time(), read_deltas=[2])
+        ctx.trace.nodes.append(span)
+        first = (await ctx.llm.complete(" ".join(f"s{i}" for i in range(40)), max_tokens=10)).text
+        second = (await ctx.llm.complete(first + " ".join(f"t{i}" for i in range(40)), max_tokens=10)).text
+        span.end = loop.time()
+        return second
+
+    async def pick(ctx: Any) -> str:
+        seen: list[str] = []
+
+        def on_delta(delta: str) -> None:
+            seen.append(delta)
+            if len(seen) == 2:
+                runs[ctx.query_id] = asyncio.get_running_loop().create_task(speculative(ctx))
+
+        return (await ctx.llm.complete(" ".join(f"p{i}" for i in range(20)), max_tokens=8, stream_cb=on_delta)).text
+
+    async def synth(ctx: Any, picked: str) -> str:
+        return await runs.pop(ctx.query_id)
+
+    g = graph_of([Node("pick", Op.DECODE, fn=pick, engine="llm"),
+                  Node("synth", Op.DECODE, fn=synth, inputs={"picked": "pick"}, engine="llm")], "synth")
+    g.meta["speculation"] = _Board()
+    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)  # no slowdown
+    service = FakeEnginesServiceModel(wide, llm_slots=8)
+    b = bound_of_run(g, Engines(llm=RecordedFakeLLM(wide, max_concurrency=8)), service)
+    two_tokens = service.llm_alone_s(20, 0, 2)
+    assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)  # Ayo's schedule: started right then
+    assert b.critical_path_s - two_tokens > service.llm_alone_s(40, 0, 10)  # the lead, then the chain
+
+
 def test_a_search_on_the_path_counts_its_declared_latency_when_the_log_is_given() -> None:
     """A node that waits on the search service (its reply held for the declared 0.3 s) between two model
     calls: with the service's log the bound is the chain (here the only schedule); without it, the

@@ -50,6 +50,8 @@ async def test_a_stable_guess_starts_once_and_a_matching_final_input_uses_it() -
     used, value = await board.take(board.pop("q1", cancel=False), ["a", "b"])
     assert used and value == "A+B" and kept == ["a+b"] and (board.hits, board.misses) == (1, 0)
     assert [s.node for s in ctx.trace.nodes] == ["synth.speculative"]
+    # what the run read, per part: the deltas through its last finished line (the lower bound's)
+    assert ctx.trace.nodes[0].read_deltas == [1, 2]
 
 
 async def test_a_different_final_input_cancels_the_run_and_counts_a_miss() -> None:
