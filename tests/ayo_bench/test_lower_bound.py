@@ -38,6 +38,7 @@ STEP = StepModel(fixed=0.004, step_base=0.012, per_sequence=0.001, per_context_t
 ROOFLINE = StepModel(fixed=0.004, step_base=0.012, per_sequence=0.001, per_context_token=1e-5, per_prefill_token=0.0,
                      prefill_chunk=64, token_roofline_s=4e-4)  # big batches and prefill chunks are compute-bound
 SERIAL = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=0.9)
+WIDE = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)  # no slowdown
 
 
 class Recorded:
@@ -122,7 +123,7 @@ def test_a_fan_out_on_an_engine_that_cannot_batch_is_bounded_by_its_total_work()
 
 def test_a_diamond_is_bounded_by_its_critical_path() -> None:
     embed_model = LatencyModel(fixed=0.01, per_item=0.002, batch_efficiency=0.5)
-    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)  # no slowdown
+    wide = WIDE
     g = graph_of([embed_node("e", 8), llm_node("long", 50, 20, ("e",)), llm_node("short", 10, 2, ("e",)),
                   llm_node("final", 30, 6, ("long", "short"))], "final")
     engines = Engines(llm=RecordedFakeLLM(wide, max_concurrency=8), embed=FakeEmbedding(embed_model))
@@ -200,7 +201,7 @@ def streamed_parts_graph(parts: Any = str.split, final: Any = None) -> Graph:
 def test_a_streamed_consumer_ends_no_earlier_than_its_last_part_after_the_decode() -> None:
     # the stream publishes a part once the next begins: the last one when the decode ends, so every
     # schedule runs it after the decode. Ample engines: Ayo's pipelined schedule is the best one
-    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)
+    wide = WIDE
     llm = RecordedFakeLLM(wide, responder=lambda prompt, n: "a bb ccc dddd eeeee", max_concurrency=8)
     graph = streamed_parts_graph()
     assert graph["p"].meta["pipelined"] is True
@@ -216,7 +217,7 @@ def test_a_streamed_consumer_ends_no_earlier_than_its_last_part_after_the_decode
 def test_a_streamed_part_published_before_the_decode_ends_is_bounded_from_where_it_was_published() -> None:
     # a parser that holds back a stand-in, not its last part (the sub-question generator's): every word is
     # published as it arrives, and the decode goes on for two more tokens after the last
-    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)
+    wide = WIDE
     llm = RecordedFakeLLM(wide, responder=lambda prompt, n: "a bb ccc . .", max_concurrency=8)
     def words(text: str) -> list[str]:
         return [w for w in text.split() if w != "."]
@@ -236,7 +237,7 @@ def test_a_streamed_part_published_before_the_decode_ends_is_bounded_from_where_
 def test_a_query_run_inside_a_part_is_that_parts_work() -> None:
     # each part's node runs a query of its own (a sub-question's query engine): that query's critical
     # path is the part's service. Before, the parts cost nothing and the bound was the decode alone
-    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)
+    wide = WIDE
     llm = RecordedFakeLLM(wide, responder=lambda prompt, n: "a bb ccc" if prompt.startswith("list") else "w " * 20,
                           max_concurrency=8)
     engines, inner = Engines(llm=llm), []
@@ -392,53 +393,19 @@ class _Board:
     consumer = "synth"
 
 
-def test_a_consumer_fed_by_its_speculative_run_is_bounded_by_that_runs_chain() -> None:
-    """``pick`` decodes a short answer; a speculative run of ``synth`` starts with it, through pick's
-    engines (as ``ayo_core.templates.speculation`` runs it), and makes two chained calls; ``synth`` then
-    takes that run's value and sends nothing. The two calls are synth's work: the bound is their chain
-    from pick's start (here the latency), not pick alone (synth counted as free)."""
+def speculation_graph(after_deltas: int | None) -> Graph:
+    """``pick`` decodes a short answer; a speculative run of ``synth`` starts (at pick's start, or once
+    pick's decode has streamed ``after_deltas`` deltas, which its span notes as ``SpeculationBoard``
+    does), runs through pick's engines and makes two chained calls; ``synth`` takes its value and
+    sends nothing."""
     from ayo_core.trace import NodeSpan
 
     runs: dict[str, asyncio.Task] = {}
 
     async def speculative(ctx: Any) -> str:
         loop = asyncio.get_running_loop()
-        span = NodeSpan(ctx.query_id, "synth.speculative", "synth", "decode", "llm", loop.time())
-        ctx.trace.nodes.append(span)
-        first = (await ctx.llm.complete(" ".join(f"s{i}" for i in range(40)), max_tokens=10)).text
-        second = (await ctx.llm.complete(first + " ".join(f"t{i}" for i in range(40)), max_tokens=10)).text
-        span.end = loop.time()
-        return second
-
-    async def pick(ctx: Any) -> str:
-        runs[ctx.query_id] = asyncio.get_running_loop().create_task(speculative(ctx))
-        return (await ctx.llm.complete(" ".join(f"p{i}" for i in range(20)), max_tokens=3)).text
-
-    async def synth(ctx: Any, picked: str) -> str:
-        return await runs.pop(ctx.query_id)
-
-    g = graph_of([Node("pick", Op.DECODE, fn=pick, engine="llm"),
-                  Node("synth", Op.DECODE, fn=synth, inputs={"picked": "pick"}, engine="llm")], "synth")
-    g.meta["speculation"] = _Board()
-    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)  # no slowdown
-    engines = Engines(llm=RecordedFakeLLM(wide, max_concurrency=8))
-    b = bound_of_run(g, engines, FakeEnginesServiceModel(wide, llm_slots=8))
-    alone_pick = FakeEnginesServiceModel(wide, llm_slots=8).llm_alone_s(20, 0, 3)
-    assert b.critical_path_s > 2 * alone_pick  # before: pick's call alone, synth free
-    assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)  # the chain from pick's start: no schedule does better
-
-
-def test_a_speculative_run_is_bounded_from_the_text_it_read() -> None:
-    """As above, but the run starts once ``pick``'s decode has streamed two deltas (its span notes them,
-    as ``SpeculationBoard`` does): no schedule starts it before pick's request has two tokens, so the
-    bound is that lead plus the run's chain (here the latency); before, the chain from pick's start."""
-    from ayo_core.trace import NodeSpan
-
-    runs: dict[str, asyncio.Task] = {}
-
-    async def speculative(ctx: Any) -> str:
-        loop = asyncio.get_running_loop()
-        span = NodeSpan(ctx.query_id, "synth.speculative", "synth", "decode", "llm", loop.time(), read_deltas=[2])
+        span = NodeSpan(ctx.query_id, "synth.speculative", "synth", "decode", "llm", loop.time(),
+                        read_deltas=None if after_deltas is None else [after_deltas])
         ctx.trace.nodes.append(span)
         first = (await ctx.llm.complete(" ".join(f"s{i}" for i in range(40)), max_tokens=10)).text
         second = (await ctx.llm.complete(first + " ".join(f"t{i}" for i in range(40)), max_tokens=10)).text
@@ -450,9 +417,11 @@ def test_a_speculative_run_is_bounded_from_the_text_it_read() -> None:
 
         def on_delta(delta: str) -> None:
             seen.append(delta)
-            if len(seen) == 2:
+            if len(seen) == after_deltas:
                 runs[ctx.query_id] = asyncio.get_running_loop().create_task(speculative(ctx))
 
+        if after_deltas is None:
+            runs[ctx.query_id] = asyncio.get_running_loop().create_task(speculative(ctx))
         return (await ctx.llm.complete(" ".join(f"p{i}" for i in range(20)), max_tokens=8, stream_cb=on_delta)).text
 
     async def synth(ctx: Any, picked: str) -> str:
@@ -461,12 +430,26 @@ def test_a_speculative_run_is_bounded_from_the_text_it_read() -> None:
     g = graph_of([Node("pick", Op.DECODE, fn=pick, engine="llm"),
                   Node("synth", Op.DECODE, fn=synth, inputs={"picked": "pick"}, engine="llm")], "synth")
     g.meta["speculation"] = _Board()
-    wide = LatencyModel(fixed=0.003, per_token=0.01, per_prompt_token=0.001, batch_efficiency=1.0)  # no slowdown
-    service = FakeEnginesServiceModel(wide, llm_slots=8)
-    b = bound_of_run(g, Engines(llm=RecordedFakeLLM(wide, max_concurrency=8)), service)
-    two_tokens = service.llm_alone_s(20, 0, 2)
+    return g
+
+
+def test_a_consumer_fed_by_its_speculative_run_is_bounded_by_that_runs_chain() -> None:
+    """The two calls of synth's speculative run are synth's work: started at pick's start, the bound is
+    their chain from there (here the latency), not pick alone (synth counted as free)."""
+    service = FakeEnginesServiceModel(WIDE, llm_slots=8)
+    b = bound_of_run(speculation_graph(None), Engines(llm=RecordedFakeLLM(WIDE, max_concurrency=8)), service)
+    assert b.critical_path_s > 2 * service.llm_alone_s(20, 0, 8)  # before: pick's call alone, synth free
+    assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)  # the chain from pick's start: no schedule does better
+
+
+def test_a_speculative_run_is_bounded_from_the_text_it_read() -> None:
+    """Started once pick's decode has streamed two deltas: no schedule starts it before pick's request
+    has two tokens, so the bound is that lead plus the run's chain (here the latency); before, the
+    chain from pick's start."""
+    service = FakeEnginesServiceModel(WIDE, llm_slots=8)
+    b = bound_of_run(speculation_graph(2), Engines(llm=RecordedFakeLLM(WIDE, max_concurrency=8)), service)
     assert b.critical_path_s == pytest.approx(b.latency_s, rel=1e-6)  # Ayo's schedule: started right then
-    assert b.critical_path_s - two_tokens > service.llm_alone_s(40, 0, 10)  # the lead, then the chain
+    assert b.critical_path_s - service.llm_alone_s(20, 0, 2) > service.llm_alone_s(40, 0, 10)  # the lead, then the chain
 
 
 def test_a_search_on_the_path_counts_its_declared_latency_when_the_log_is_given() -> None:
