@@ -168,6 +168,15 @@ def _spans(trace: Any) -> list[Any]:
     return [s for s in getattr(trace, "nodes", []) or [] if s.end >= s.start]
 
 
+def _holds(span: Any, start: float, end: float) -> bool:
+    return span.start - CLOCK_SLACK_S <= start and end <= span.end + CLOCK_SLACK_S
+
+
+def _nearest_end(spans: Sequence[Any], end: float) -> Any:
+    """Of ``spans``, the one that ended nearest ``end`` (the shortest on a tie), or None."""
+    return min(spans, key=lambda s: (abs(s.end - end), s.end - s.start), default=None)
+
+
 def _tightest_holder(spans: Sequence[Any], start: float, end: float) -> Any:
     """The shortest span that holds ``[start, end]`` (up to the clocks' slack), or None."""
     holders = [s for s in spans if s.start - CLOCK_SLACK_S <= start and end <= s.end + CLOCK_SLACK_S]
@@ -339,26 +348,35 @@ def _start(graph: Any, name: str, finish: dict[str, float]) -> float:
     return max((finish[d] for d in graph.nodes[name].deps if d in finish), default=0.0)
 
 
-def place_searches(trace_index: int, trace: Any, searches: list[Request],
-                   by_span: dict[int, list[Request]]) -> list[Request]:
-    """Each search request to the shortest span of ``trace`` that holds it (its node made it); the rest back."""
-    spans, left = _spans(trace), []
+def place_searches(traces: Sequence[Any], searches: list[Request]) -> tuple[dict[int, list[tuple[Any, Request]]],
+                                                                             list[Request]]:
+    """Each search request to the span that made it, ``{trace index: [(span, request)]}``; the rest
+    back. Of the spans of any trace that hold it, the one that ended nearest its reply (the service
+    holds a reply for its declared latency and the node that waited goes on at once), the shortest
+    on a tie. Not the shortest holder: concurrent branches that all began before the first search
+    hold each other's searches, and the shortest would take them all."""
+    spans = [(t, s) for t, trace in enumerate(traces) for s in _spans(trace)]
+    placed: dict[int, list[tuple[Any, Request]]] = defaultdict(list)
+    left = []
     for r in searches:
-        if (span := _tightest_holder(spans, r.issued, r.end)) is not None:
-            r.node, r.trace = span.node, trace_index
-            by_span[id(span)].append(r)
-        else:
+        span = _nearest_end([s for _, s in spans if _holds(s, r.issued, r.end)], r.end)
+        if span is None:
             left.append(r)
-    return left
+            continue
+        t = next(t for t, s in spans if s is span)
+        r.node, r.trace = span.node, t
+        placed[t].append((span, r))
+    return placed, left
 
 
 def place_nested_queries(trace_index: int, trace: Any, queries: list[tuple[float, float, float]],
                          by_span: dict[int, list[Request]]) -> list[tuple[float, float, float]]:
-    """Each query ``(start, end, critical path)`` that ran inside a span of ``trace`` to the shortest
-    such span, as that span's work (its critical path at zero load); the rest back."""
+    """Each query ``(start, end, critical path)`` that ran inside a span of ``trace`` to the one of them
+    that ended nearest it (the node that ran it went on at once; see :func:`place_searches`), as that
+    span's work (its critical path at zero load); the rest back."""
     spans, left = _spans(trace), []
     for start, end, cp in queries:
-        if (span := _tightest_holder(spans, start, end)) is not None:
+        if (span := _nearest_end([s for s in spans if _holds(s, start, end)], end)) is not None:
             by_span[id(span)].append(Request("query", start, end, service_s=cp, node=span.node,
                                              part=span.part, trace=trace_index))
         else:
@@ -384,14 +402,15 @@ def call_lower_bound(traces: Sequence[Any], call: tuple[float, float], rows: Seq
     price(requests, service)
     top: list[tuple[float, float, float]] = []
     every = list(requests)
-    unplaced = search_requests(searches)
+    searched, unplaced = place_searches(traces, search_requests(searches))
     nested: list[tuple[float, float, float]] = []  # queries done so far, not yet inside another's node
     # inner queries first: a query run inside another query's node (a sub-question's query engine in
     # its sub-answer) is that node's work, and the rows of its engines go to its own spans first
     for t in sorted(range(len(traces)), key=lambda i: traces[i].end - traces[i].start):
         trace = traces[t]
         by_span, inner, left = assign_to_spans(t, trace, requests, left, service)
-        unplaced = place_searches(t, trace, unplaced, by_span)
+        for span, search in searched.get(t, []):
+            by_span[id(span)].append(search)
         nested = place_nested_queries(t, trace, nested, by_span)
         every += inner
         services = node_services(trace, by_span, service)

@@ -479,3 +479,38 @@ def test_a_search_on_the_path_counts_its_declared_latency_when_the_log_is_given(
     assert with_log.critical_path_s == pytest.approx(with_log.latency_s, rel=1e-9)
     assert without.critical_path_s == pytest.approx(with_log.critical_path_s - 0.3, rel=1e-9)
     assert with_log.engine_work_s == without.engine_work_s  # a search is no engine's work
+
+
+def test_each_of_concurrent_searches_counts_in_the_branch_that_made_it() -> None:
+    """Three branches start at once, each sets up its client (8-12 ms) and then waits on a search, then
+    a model call, the first branch's the longest. Every branch holds every search (each began before
+    the first search); the shortest holder would take all three and leave the longest branch's path
+    without its 0.3 s. Each search goes to the branch that ended nearest its reply."""
+    log: list[dict[str, float]] = []
+
+    def branch(i: int) -> Node:
+        async def web_search(ctx: Any, **inputs: Any) -> str:
+            loop = asyncio.get_running_loop()
+            await asyncio.sleep(0.012 - 0.002 * i)  # the retriever's own setup: local work
+            start = loop.time()
+            await asyncio.sleep(0.3)  # the service holds the reply for its declared latency
+            log.append({"start": start, "end": loop.time(), "latency_s": 0.3})
+            return "results"
+
+        return Node(f"search{i}", Op.SEARCH, fn=web_search)
+
+    answers = [llm_node(f"answer{i}", 30, 12 - 4 * i, (f"search{i}",)) for i in range(3)]
+    join = Node("join", Op.AGGREGATE, fn=lambda ctx, **kw: len(kw), inputs={f"a{i}": f"answer{i}" for i in range(3)})
+    g = graph_of([branch(i) for i in range(3)] + answers + [join], "join")
+    engines = Engines(llm=RecordedFakeLLM(WIDE, max_concurrency=8))
+
+    async def main() -> Any:
+        _, trace = await Runtime(engines, inline_sync=True).run(g, {})
+        return call_lower_bound([trace], (trace.start, trace.end), engines.llm.rows,
+                                FakeEnginesServiceModel(WIDE, llm_slots=8), searches=log)
+
+    b = run_virtual(main)
+    longest = FakeEnginesServiceModel(WIDE).llm_alone_s(30, 0, 12)
+    assert b.critical_path_s == pytest.approx(0.3 + longest, rel=1e-6)  # before: the longest answer alone
+    assert b.critical_path_s <= b.latency_s
+
