@@ -107,6 +107,11 @@ def longest_chain(items: Sequence[tuple[float, float, float]]) -> float:
     return max(best, default=0.0)
 
 
+def requests_chain(requests: Sequence[Request]) -> float:
+    """:func:`longest_chain` of requests at their zero-load service times."""
+    return longest_chain([(r.issued, r.end, r.service_s) for r in requests])
+
+
 # ---- requests of a call ----------------------------------------------------------------
 def requests_from_traces(traces: Sequence[Any]) -> list[Request]:
     """Every engine call of the traces, issued when its node asked (start minus time queued)."""
@@ -179,7 +184,7 @@ def _nearest_end(spans: Sequence[Any], end: float) -> Any:
 
 def _tightest_holder(spans: Sequence[Any], start: float, end: float) -> Any:
     """The shortest span that holds ``[start, end]`` (up to the clocks' slack), or None."""
-    holders = [s for s in spans if s.start - CLOCK_SLACK_S <= start and end <= s.end + CLOCK_SLACK_S]
+    holders = [s for s in spans if _holds(s, start, end)]
     return min(holders, key=lambda s: s.end - s.start, default=None)
 
 
@@ -196,7 +201,7 @@ def assign_to_spans(trace_index: int, trace: Any, requests: list[Request], rows:
     by_span: dict[int, list[Request]] = defaultdict(list)
     for r in (r for r in requests if r.trace == trace_index):
         inside = [s for s in spans if s.node == r.node and (r.part is None or s.part == r.part)
-                  and s.start - CLOCK_SLACK_S <= r.issued and r.end <= s.end + CLOCK_SLACK_S]
+                  and _holds(s, r.issued, r.end)]
         if inside:
             best = min(inside, key=lambda s: (s.end - r.end) + (r.issued - s.start))
             by_span[id(best)].append(r)
@@ -232,7 +237,7 @@ def node_services(trace: Any, by_span: dict[int, list[Request]], service: Any) -
     parts: dict[str, dict[int, float]] = defaultdict(dict)
     graph = getattr(trace, "graph", None)
     for s in _spans(trace):
-        cost = longest_chain([(r.issued, r.end, r.service_s) for r in by_span.get(id(s), [])])
+        cost = requests_chain(by_span.get(id(s), []))
         if getattr(s, "part", None) is None:
             whole[s.node] = max(whole.get(s.node, 0.0), cost)
         else:
@@ -290,7 +295,7 @@ def used_speculation(trace: Any, trace_index: int, requests: Sequence[Request],
         return {}
     reads = inside[0].node
     lead = speculation_lead(trace, reads, getattr(run, "read_deltas", None) or [], by_span, service)
-    return {consumer: (reads, lead + longest_chain([(r.issued, r.end, r.service_s) for r in inside]))}
+    return {consumer: (reads, lead + requests_chain(inside))}
 
 
 def speculation_lead(trace: Any, reads: str, read_deltas: Sequence[int], by_span: dict[int, list[Request]],
@@ -303,7 +308,7 @@ def speculation_lead(trace: Any, reads: str, read_deltas: Sequence[int], by_span
         if s.node != reads or part >= len(read_deltas) or read_deltas[part] <= 0:
             continue
         requests = by_span.get(id(s), [])
-        cost = longest_chain([(r.issued, r.end, r.service_s) for r in requests])
+        cost = requests_chain(requests)
         lead = max(lead, decode_lead(requests, cost, read_deltas[part], service) or 0.0)
     return lead
 

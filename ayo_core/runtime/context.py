@@ -145,7 +145,6 @@ class NodeContext:
         self._proxies: dict[str, EngineProxy] = {}
         self._text = ""
         self._deltas = 0  # non-empty text deltas so far: each is at least one decoded token
-        self._in_delta = False
         self.emitted: list[Any] = []
         self.stream_cb: Callable[[str], None] | None = self._on_delta if streaming else None
         if emit is not None and span is not None:
@@ -175,9 +174,13 @@ class NodeContext:
 
     def emit(self, part: Any) -> None:
         """Publish the next finished part of this node's output (in order)."""
+        self._publish(part, None)
+
+    def _publish(self, part: Any, deltas: int | None) -> None:
+        """Publish ``part``, noting where in the decode it was (``deltas``; None: by the node's own code)."""
         self.emitted.append(part)
-        if self.span is not None and self.span.part_deltas is not None:  # where in the decode (the lower bound's)
-            self.span.part_deltas.append(self._deltas if self._in_delta else None)
+        if self.span is not None and self.span.part_deltas is not None:  # the lower bound's
+            self.span.part_deltas.append(deltas)
         if self._emit is not None:
             self._emit(part)
 
@@ -188,12 +191,8 @@ class NodeContext:
         if parser is None:
             return
         parts = parser(self._text)
-        self._in_delta = True
-        try:
-            for part in parts[len(self.emitted):-1]:  # the last part may still grow
-                self.emit(part)
-        finally:
-            self._in_delta = False
+        for part in parts[len(self.emitted):-1]:  # the last part may still grow
+            self._publish(part, self._deltas)
         keep = self.node.meta.get("keep_parts")
         if self.node.meta.get("early_stop") and keep is not None and len(parts) - 1 >= keep:
             from ayo_core.engines.llm_client import StopStream  # the engines' signal (httpx only when used)
