@@ -58,6 +58,7 @@ from .service_model import LLMRequest, embed_engine_floor_s, llm_engine_floor_s,
 
 log = logging.getLogger("ayo.compare.bound")
 CLOCK_SLACK_S = 0.005  # a recorder row lies inside its engine call, up to the two clocks' read order
+MATCH_SLACK_S = 0.010  # concurrent branches end this close after their searches reply (graph's trace: 1-3 ms)
 
 
 @dataclass
@@ -180,6 +181,21 @@ def _holds(span: Any, start: float, end: float) -> bool:
 def _nearest_end(spans: Sequence[Any], end: float) -> Any:
     """Of ``spans``, the one that ended nearest ``end`` (the shortest on a tie), or None."""
     return min(spans, key=lambda s: (abs(s.end - end), s.end - s.start), default=None)
+
+
+def _nearest_unused_end(spans: Sequence[Any], end: float, used: set[int]) -> Any:
+    """Of ``spans``, the one that ended nearest ``end``; but when that one already holds a search and
+    another, not yet given one, ended within :data:`MATCH_SLACK_S` as near, that other. Why: a
+    fan-out's branches each wait on their own search and go on when it replies, so searches and
+    branches end within a few milliseconds of each other and nearest-end alone can give one branch
+    two searches and the longest none. The slack moves a search only between spans that each ended
+    within 10 ms of its reply; a span that made two searches in a row ended a whole search after the
+    first reply, and still gets the second."""
+    best = _nearest_end(spans, end)
+    if best is None or id(best) not in used:
+        return best
+    fresh = [s for s in spans if id(s) not in used and abs(s.end - end) <= abs(best.end - end) + MATCH_SLACK_S]
+    return _nearest_end(fresh, end) or best
 
 
 def _tightest_holder(spans: Sequence[Any], start: float, end: float) -> Any:
@@ -359,15 +375,18 @@ def place_searches(traces: Sequence[Any], searches: list[Request]) -> tuple[dict
     back. Of the spans of any trace that hold it, the one that ended nearest its reply (the service
     holds a reply for its declared latency and the node that waited goes on at once), the shortest
     on a tie. Not the shortest holder: concurrent branches that all began before the first search
-    hold each other's searches, and the shortest would take them all."""
+    hold each other's searches, and the shortest would take them all. Concurrent searches whose
+    replies and branches all end within :data:`MATCH_SLACK_S` go one to a branch (see
+    :func:`_nearest_unused_end`)."""
     spans = [(t, s) for t, trace in enumerate(traces) for s in _spans(trace)]
     placed: dict[int, list[tuple[Any, Request]]] = defaultdict(list)
-    left = []
-    for r in searches:
-        span = _nearest_end([s for _, s in spans if _holds(s, r.issued, r.end)], r.end)
+    left, used = [], set()
+    for r in sorted(searches, key=lambda r: r.end):
+        span = _nearest_unused_end([s for _, s in spans if _holds(s, r.issued, r.end)], r.end, used)
         if span is None:
             left.append(r)
             continue
+        used.add(id(span))
         t = next(t for t, s in spans if s is span)
         r.node, r.trace = span.node, t
         placed[t].append((span, r))

@@ -514,3 +514,36 @@ def test_each_of_concurrent_searches_counts_in_the_branch_that_made_it() -> None
     assert b.critical_path_s == pytest.approx(0.3 + longest, rel=1e-6)  # before: the longest answer alone
     assert b.critical_path_s <= b.latency_s
 
+
+
+def test_concurrent_searches_that_end_together_count_one_in_each_branch() -> None:
+    """Three branches search at once and every search and branch ends at the same instant (graph's
+    trace: within 1-3 ms); the last branch's answer is the longest. Nearest-end alone gives every
+    search to one branch and leaves the longest branch's path without its 0.3 s; one to a branch
+    counts it."""
+    log: list[dict[str, float]] = []
+
+    def branch(i: int) -> Node:
+        async def web_search(ctx: Any, **inputs: Any) -> str:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            await asyncio.sleep(0.3)
+            log.append({"start": start, "end": loop.time(), "latency_s": 0.3})
+            return "results"
+
+        return Node(f"search{i}", Op.SEARCH, fn=web_search)
+
+    answers = [llm_node(f"answer{i}", 30, 4 + 4 * i, (f"search{i}",)) for i in range(3)]
+    join = Node("join", Op.AGGREGATE, fn=lambda ctx, **kw: len(kw), inputs={f"a{i}": f"answer{i}" for i in range(3)})
+    g = graph_of([branch(i) for i in range(3)] + answers + [join], "join")
+    engines = Engines(llm=RecordedFakeLLM(WIDE, max_concurrency=8))
+
+    async def main() -> Any:
+        _, trace = await Runtime(engines, inline_sync=True).run(g, {})
+        return call_lower_bound([trace], (trace.start, trace.end), engines.llm.rows,
+                                FakeEnginesServiceModel(WIDE, llm_slots=8), searches=log)
+
+    b = run_virtual(main)
+    longest = FakeEnginesServiceModel(WIDE).llm_alone_s(30, 0, 12)
+    assert b.critical_path_s == pytest.approx(0.3 + longest, rel=1e-6)
+    assert b.critical_path_s <= b.latency_s
