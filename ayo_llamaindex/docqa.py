@@ -42,7 +42,7 @@ from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_core.runtime.execute import is_async_callable
 from ayo_core.templates import Indexing, IndexingHooks
-from ayo_llamaindex import events, ingest, spans
+from ayo_llamaindex import events, extractors, ingest, spans
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex.capture import binding_label, capture_query_engine, describe
 from ayo_llamaindex.runtime import LOOP, assign_engines, embed_send, runtime_for
@@ -207,6 +207,7 @@ def install_hooks() -> None:
     shim.wrap_index_writes(_build_index, _insert)
     shim.wrap_query_calls(_query, _aquery)
     ingest.install_barriers()
+    extractors.install(_CALL.get)
 
 
 def _nodes_args(args: tuple, kwargs: dict) -> tuple[list[Any], dict[str, Any]] | None:

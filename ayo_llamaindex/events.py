@@ -102,7 +102,8 @@ def usage_raw(result: Any) -> dict[str, Any]:
     return {"usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
 
 
-def _chat_response(result: Any) -> ChatResponse:
+def chat_response(result: Any) -> ChatResponse:
+    """The ``ChatResponse`` stock's ``chat`` returns for the engine's ``result`` (``raw``: its token usage)."""
     raw = usage_raw(result)
     return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=result.text), raw=raw,
                         additional_kwargs=dict(raw["usage"]))
@@ -116,7 +117,7 @@ def _completion_response(result: Any) -> CompletionResponse:
 async def _chat_call(llm: Any, messages: list[Any], call: Callable[[], Awaitable[Any]]) -> ChatResponse:
     """``llm.chat(messages)``'s spans and events around ``call`` (the request Ayo sends)."""
     async def body(_self: Any, _messages: Any) -> ChatResponse:
-        return _chat_response(await call())
+        return chat_response(await call())
 
     with spans.opened(llm, spans.call_names(llm, "chat"), messages) as box:
         return box.set(await llm_chat_callback()(body)(llm, messages))

@@ -83,15 +83,16 @@ class LLMBinding:
             return self.chat_request(prompt_to_messages(prompt))
         return self._completion_request(prompt)
 
-    def chat_request(self, messages: list[Any]) -> LLMRequest:
-        """The request ``llm.chat(messages)`` sends."""
+    def chat_request(self, messages: list[Any], **kwargs: Any) -> LLMRequest:
+        """The request ``llm.chat(messages, **kwargs)`` sends (``kwargs``: request options such as
+        ``max_tokens``, merged by the LLM's own ``_get_model_kwargs``; client-side ones are not sent)."""
         from llama_index.llms.openai.utils import to_openai_message_dicts
 
         llm = self.llm
         if not shim.uses_chat_completions(llm):  # OpenAILike(is_chat_model=False).chat
             return self._completion_request(llm.messages_to_prompt(messages))
         return LLMRequest("chat", {"messages": to_openai_message_dicts(messages, model=llm.model),
-                                   **json_body(shim.model_kwargs(llm))})
+                                   **json_body(shim.model_kwargs(llm, **kwargs))})
 
     def _completion_request(self, prompt: str) -> LLMRequest:
         kwargs = shim.model_kwargs(self.llm)
@@ -111,7 +112,7 @@ class LLMBinding:
         if not self.recognized or send is None:
             return await call_stock(self.llm.predict, self.llm.apredict, prompt, **prompt_args)
         request = self.predict_request(prompt, **prompt_args)
-        result = await events.predict(self.llm, prompt, prompt_args, lambda: self._send(send, request, stream_cb))
+        result = await events.predict(self.llm, prompt, prompt_args, lambda: self.send(send, request, stream_cb))
         return self.parse(result.text)
 
     async def complete(
@@ -125,10 +126,10 @@ class LLMBinding:
                     stream_cb(response.text)
             return response.text
         request = self.complete_request(prompt)
-        result = await events.complete(self.llm, prompt, lambda: self._send(send, request, stream_cb))
+        result = await events.complete(self.llm, prompt, lambda: self.send(send, request, stream_cb))
         return result.text
 
-    async def _send(self, send: Callable[..., Any], request: LLMRequest, stream_cb: Any) -> Any:
+    async def send(self, send: Callable[..., Any], request: LLMRequest, stream_cb: Any = None) -> Any:
         """The engine's result (text, token usage), retried as the stock class retries.
 
         Stock retries twice over: the openai SDK retries each request ``max_retries`` times (the

@@ -532,6 +532,25 @@ declare("llama_index.core.base.base_query_engine.BaseQueryEngine.query/aquery (w
         check=has_attr("llama_index.core.base.base_query_engine", "BaseQueryEngine", "query", "aquery"))
 
 
+declare("llama_index.core.extractors.interface.BaseExtractor.aprocess_nodes (wrapt)", framework=CORE,
+        checked=CORE_CHECKED, why="inside an optimized call, an extractor's model calls go through Ayo's engine",
+        check=has_attr("llama_index.core.extractors.interface", "BaseExtractor", "aprocess_nodes"))
+declare(f"{_OPENAI}.OpenAI._achat (wrapt)", framework=OPENAI_LLM, checked=OPENAI_LLM_CHECKED,
+        why="the SDK call inside achat, under the stock events: where an extractor's request is sent by Ayo",
+        check=has_attr(_OPENAI, "OpenAI", "_achat"))
+
+
+def wrap_extraction(aprocess_nodes: Callable[..., Any], achat: Callable[..., Any]) -> None:
+    """wrapt wrappers around ``BaseExtractor.aprocess_nodes`` (every extractor's entry, sync ones through
+    ``asyncio_run``) and ``OpenAI._achat`` (the SDK call inside ``achat``, under the stock events)."""
+    import wrapt
+    from llama_index.core.extractors.interface import BaseExtractor
+    from llama_index.llms.openai import OpenAI
+
+    wrapt.wrap_function_wrapper(BaseExtractor, "aprocess_nodes", aprocess_nodes)
+    wrapt.wrap_function_wrapper(OpenAI, "_achat", achat)
+
+
 def wrap_query_calls(query: Callable[..., Any] | None, aquery: Callable[..., Any]) -> None:
     """wrapt wrappers around ``BaseQueryEngine.query`` (none when ``query`` is None) and ``aquery``."""
     import wrapt
@@ -725,8 +744,8 @@ def uses_chat_completions(llm: Any) -> bool:
     return llm._use_chat_completions({})
 
 
-def model_kwargs(llm: Any) -> dict[str, Any]:
-    return llm._get_model_kwargs()
+def model_kwargs(llm: Any, **kwargs: Any) -> dict[str, Any]:
+    return llm._get_model_kwargs(**kwargs)
 
 
 def update_max_tokens(llm: Any, kwargs: dict[str, Any], prompt: str) -> None:
