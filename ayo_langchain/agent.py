@@ -48,6 +48,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config, set_config_context
 from langchain_core.tools import StructuredTool
 
+from ayo_core.runtime.owned import start_owned
 from ayo_langchain import engines as eng
 from ayo_langchain.agent_warm import NextCallWarmer, NextCallWarms
 from ayo_shims import langgraph as lg
@@ -85,7 +86,7 @@ class EarlyToolCalls:
             return
         kwargs = {k: getattr(validated, k) for k in call["args"] if k in tool.args_schema.model_fields}
         run = tool.coroutine(**kwargs) if tool.coroutine is not None else asyncio.to_thread(tool.func, **kwargs)
-        self.started[call["id"]] = asyncio.ensure_future(run)
+        self.started[call["id"]] = start_owned(run, f"tool: {call['name']}")
         while len(self.started) > MAX_UNTAKEN:  # starts no tools node took (the model call failed after them)
             self.started.pop(next(iter(self.started)))
         self.log.append({"id": call["id"], "tool": call["name"], "started": time.perf_counter(),

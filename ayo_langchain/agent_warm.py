@@ -32,6 +32,7 @@ from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.messages import AIMessage, ToolMessage
 
 from ayo_core.engines.prefix_warming import STAND_INS, token_prefix, warm_budget, warm_ids
+from ayo_core.runtime.owned import start_owned
 from ayo_langchain.engines import llm_engine
 from ayo_shims import langchain as shims
 
@@ -85,8 +86,8 @@ class NextCallWarms:
     def __init__(self, agent_name: str | None = None) -> None:
         self.agent_name = agent_name
         self.log: deque[dict[str, Any]] = deque(maxlen=256)  # what explain() shows
-        self.tasks: set[asyncio.Task] = set()
-        self._pending: dict[str, tuple[dict[str, Any], asyncio.Task]] = {}  # tool call id -> its warm-up
+        self.tasks: set[asyncio.Future] = set()
+        self._pending: dict[str, tuple[dict[str, Any], asyncio.Future]] = {}  # tool call id -> its warm-up
 
     def start(self, request: NextRequest, message: AIMessage) -> None:
         """Warm ``request``'s successor after ``message`` in a task of its own (returns at once)."""
@@ -95,7 +96,7 @@ class NextCallWarms:
         message = message.model_copy(deep=True)
         entry: dict[str, Any] = {"calls": ids, "started": time.perf_counter(), "sent": None, "done": None,
                                  "tokens": 0, "next_request": None, "outcome": "pending"}
-        task = asyncio.get_running_loop().create_task(self._warm(request, message, entry))
+        task = start_owned(self._warm(request, message, entry), "warm: the next model call")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         self.log.append(entry)

@@ -70,6 +70,7 @@ def astream_response(mode: str, message: str, state: TurnState, streaming: Any, 
     """``astream_chat``'s response: the async token stream, written to ``memory`` by stock's task."""
     response = StreamingAgentChatResponse(achat_stream=_adeltas(streaming.async_response_gen()),
                                           sources=[retriever_source(mode, message, state)], source_nodes=state.nodes)
+    # stock's own task, on stock's field: the user's response object holds it, as in stock
     response.awrite_response_to_history_task = asyncio.create_task(response.awrite_response_to_history(memory))
     return response
 

@@ -87,6 +87,8 @@ class PendingIngest:
     # -- the two stages, each run once (graph node, barrier, or call exit: whoever comes first) --
     async def vectors(self, send: Any) -> list[list[float]]:
         if self._vectors is None:
+            # not a query's task (start_owned): the vectors must outlive a failed or cancelled query, as
+            # stock's write would (nothing a user indexed is lost); the optimized call's exit awaits them
             self._vectors = asyncio.ensure_future(self._embed_nodes(send))
         return await asyncio.shield(self._vectors)
 

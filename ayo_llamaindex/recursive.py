@@ -26,6 +26,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import BaseNode, IndexNode, NodeWithScore, QueryBundle, TextNode
 
 from ayo_core.runtime.caller import CALLER_LOOP
+from ayo_core.runtime.owned import start_owned
 from ayo_llamaindex import events
 from ayo_shims import llamaindex as shim
 from ayo_shims import llamaindex_engines as eng
@@ -84,7 +85,7 @@ async def _query_retrieved_nodes(retriever: Any, parts: dict[str, Any], query: Q
         assert isinstance(node.node, TextNode)  # noqa: S101 - stock's check, its AssertionError
         return [node]
 
-    tasks = [asyncio.ensure_future(follow(node)) for node in kept]
+    tasks = [start_owned(follow(node), f"follow: {node.node.node_id}") for node in kept]
     try:
         per_node = [await task for task in tasks]  # in node order: the first failing link's error, as stock's
     finally:

@@ -135,14 +135,14 @@ async def one_bundle_at_once(calls: list[Callable[[QueryBundle], Awaitable[Any]]
     """
     if in_async_call() or len(calls) < 2:
         return list(await asyncio.gather(*(call(query) for call in calls)))
-    first = asyncio.ensure_future(calls[0](query))
+    first = start_owned(calls[0](query), f"retrieve: {query.query_str}")
     rest: list[asyncio.Future] = []
     try:
         while query.embedding is None and not first.done():
             await asyncio.sleep(EMBEDDING_POLL_S)  # the bundle has no hook to wait on; the first embeds in ms
         if first.done():
             first.result()  # its error now, as stock's loop raises before the next call
-        rest = [asyncio.ensure_future(call(query)) for call in calls[1:]]
+        rest = [start_owned(call(query), f"retrieve: {query.query_str}") for call in calls[1:]]
         return [await task for task in (first, *rest)]
     finally:
         for task in (first, *rest):
@@ -240,7 +240,7 @@ async def fusion_retrieve(
 ) -> list[NodeWithScore]:
     """``QueryFusionRetriever.retrieve`` with the original query retrieved during the
     query-gen decode and each generated query retrieved as soon as its line is done."""
-    def start(query_str: str) -> list[asyncio.Task]:
+    def start(query_str: str) -> list[asyncio.Future]:
         bundle = QueryBundle(query_str)
         return [start_owned(sub(bundle), f"search: {query_str}") for sub in subs]
 

@@ -113,6 +113,8 @@ class WorkflowRun:
             g, "events.0", {})
         g.output("events.0")
         self.graph = g
+        # the query itself (the runtime's run of the growing graph) and its watcher: not work inside a
+        # query, so no query owns them; finish() awaits the query, the watcher ends with the handler
         self.query = asyncio.ensure_future(self._run_query(g))
         self._watcher = asyncio.ensure_future(self._watch(handler))
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ayo_core.graph import Graph, Op
+from ayo_core.runtime.owned import start_owned
 from ayo_core.trace import NodeSpan
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class Speculation:
         self.deltas = [0] * len(parts)  # non-empty deltas per part so far
         self.line_deltas = [0] * len(parts)  # ... through each part's last finished line (what a guess reads)
         self.launched_at: list[int] = []  # line_deltas when the running task was launched
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Future | None = None
         self.key: Hashable | None = None
         self.starts = 0
         self.hit: bool | None = None
@@ -88,7 +89,7 @@ class Speculation:
         self.cancel()
         self.key, self.starts = key, self.starts + 1
         self.launched_at = list(self.line_deltas)  # what the run read (its trace span notes it)
-        self.task = asyncio.ensure_future(self._start(self.ctx, guess))
+        self.task = start_owned(self._start(self.ctx, guess), f"speculation #{self.starts}")
         log.debug("speculative run #%d started", self.starts)
 
     async def take(self, final: Any) -> tuple[bool, Any]:
