@@ -102,3 +102,35 @@ def test_attach_records_the_optimization() -> None:
     attach_speculation(g, board, producer="rerank.merge")
     assert g.meta["speculation"] is board
     assert g.meta["optimizations"][0]["name"] == "speculation" and g.meta["optimizations"][0]["node"] == "synth"
+
+
+async def test_a_speculative_run_started_in_a_node_is_owned_by_its_query() -> None:
+    """Started inside a running node, the run is that query's task: in its trace, and cancelled when
+    the query ends without taking it (nothing outlives the query)."""
+    from ayo_core.graph import Node, Op
+    from ayo_core.runtime import Runtime
+
+    async def run(ctx: Any, state: Any, words: list[str]) -> str:
+        await asyncio.sleep(3600)
+        return "never"
+
+    async def keep(value: str) -> str:
+        return value
+
+    board = SpeculationBoard(SpeculationHooks(guess=guess, key=tuple, run=run, keep=keep), "synth", "synthesizer")
+
+    async def produce(ctx: Any, x: str) -> str:
+        parts = [["p0"]]
+        spec = board.open(ctx.query_id, parts, state=1)
+        cb = spec.stream_cb(ctx, parts[0])
+        cb("a\n")
+        cb("b\n")  # the guess (a,) is stable twice: the run starts
+        await asyncio.sleep(0)
+        return x
+
+    g = Graph("q")
+    g.input("x")
+    g.add(Node("produce", Op.TRANSFORM, fn=produce, inputs={"x": "x"}))
+    g.output("produce")
+    _, trace = await Runtime().run(g, {"x": "q"})
+    assert [(t.node, t.name, t.status) for t in trace.tasks] == [("produce", "speculation #1", "cancelled")]
