@@ -10,6 +10,7 @@ for a real server): the bound reads token counts only from them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -481,17 +482,15 @@ def test_a_search_on_the_path_counts_its_declared_latency_when_the_log_is_given(
     assert with_log.engine_work_s == without.engine_work_s  # a search is no engine's work
 
 
-def test_each_of_concurrent_searches_counts_in_the_branch_that_made_it() -> None:
-    """Three branches start at once, each sets up its client (8-12 ms) and then waits on a search, then
-    a model call, the first branch's the longest. Every branch holds every search (each began before
-    the first search); the shortest holder would take all three and leave the longest branch's path
-    without its 0.3 s. Each search goes to the branch that ended nearest its reply."""
+def _searching_fan_out(setup_s: Callable[[int], float], answer_tokens: Callable[[int], int]) -> Any:
+    """The bound of three branches run at once, each with ``setup_s(i)`` of local work, then a search
+    (0.3 s declared), then a model call of ``answer_tokens(i)`` tokens; the searches logged."""
     log: list[dict[str, float]] = []
 
     def branch(i: int) -> Node:
         async def web_search(ctx: Any, **inputs: Any) -> str:
             loop = asyncio.get_running_loop()
-            await asyncio.sleep(0.012 - 0.002 * i)  # the retriever's own setup: local work
+            await asyncio.sleep(setup_s(i))  # the retriever's own setup: local work
             start = loop.time()
             await asyncio.sleep(0.3)  # the service holds the reply for its declared latency
             log.append({"start": start, "end": loop.time(), "latency_s": 0.3})
@@ -499,7 +498,7 @@ def test_each_of_concurrent_searches_counts_in_the_branch_that_made_it() -> None
 
         return Node(f"search{i}", Op.SEARCH, fn=web_search)
 
-    answers = [llm_node(f"answer{i}", 30, 12 - 4 * i, (f"search{i}",)) for i in range(3)]
+    answers = [llm_node(f"answer{i}", 30, answer_tokens(i), (f"search{i}",)) for i in range(3)]
     join = Node("join", Op.AGGREGATE, fn=lambda ctx, **kw: len(kw), inputs={f"a{i}": f"answer{i}" for i in range(3)})
     g = graph_of([branch(i) for i in range(3)] + answers + [join], "join")
     engines = Engines(llm=RecordedFakeLLM(WIDE, max_concurrency=8))
@@ -509,11 +508,18 @@ def test_each_of_concurrent_searches_counts_in_the_branch_that_made_it() -> None
         return call_lower_bound([trace], (trace.start, trace.end), engines.llm.rows,
                                 FakeEnginesServiceModel(WIDE, llm_slots=8), searches=log)
 
-    b = run_virtual(main)
+    return run_virtual(main)
+
+
+def test_each_of_concurrent_searches_counts_in_the_branch_that_made_it() -> None:
+    """Three branches start at once, each sets up its client (8-12 ms) and then waits on a search, then
+    a model call, the first branch's the longest. Every branch holds every search (each began before
+    the first search); the shortest holder would take all three and leave the longest branch's path
+    without its 0.3 s. Each search goes to the branch that ended nearest its reply."""
+    b = _searching_fan_out(lambda i: 0.012 - 0.002 * i, lambda i: 12 - 4 * i)
     longest = FakeEnginesServiceModel(WIDE).llm_alone_s(30, 0, 12)
     assert b.critical_path_s == pytest.approx(0.3 + longest, rel=1e-6)  # before: the longest answer alone
     assert b.critical_path_s <= b.latency_s
-
 
 
 def test_concurrent_searches_that_end_together_count_one_in_each_branch() -> None:
@@ -521,29 +527,7 @@ def test_concurrent_searches_that_end_together_count_one_in_each_branch() -> Non
     trace: within 1-3 ms); the last branch's answer is the longest. Nearest-end alone gives every
     search to one branch and leaves the longest branch's path without its 0.3 s; one to a branch
     counts it."""
-    log: list[dict[str, float]] = []
-
-    def branch(i: int) -> Node:
-        async def web_search(ctx: Any, **inputs: Any) -> str:
-            loop = asyncio.get_running_loop()
-            start = loop.time()
-            await asyncio.sleep(0.3)
-            log.append({"start": start, "end": loop.time(), "latency_s": 0.3})
-            return "results"
-
-        return Node(f"search{i}", Op.SEARCH, fn=web_search)
-
-    answers = [llm_node(f"answer{i}", 30, 4 + 4 * i, (f"search{i}",)) for i in range(3)]
-    join = Node("join", Op.AGGREGATE, fn=lambda ctx, **kw: len(kw), inputs={f"a{i}": f"answer{i}" for i in range(3)})
-    g = graph_of([branch(i) for i in range(3)] + answers + [join], "join")
-    engines = Engines(llm=RecordedFakeLLM(WIDE, max_concurrency=8))
-
-    async def main() -> Any:
-        _, trace = await Runtime(engines, inline_sync=True).run(g, {})
-        return call_lower_bound([trace], (trace.start, trace.end), engines.llm.rows,
-                                FakeEnginesServiceModel(WIDE, llm_slots=8), searches=log)
-
-    b = run_virtual(main)
+    b = _searching_fan_out(lambda i: 0.0, lambda i: 4 + 4 * i)
     longest = FakeEnginesServiceModel(WIDE).llm_alone_s(30, 0, 12)
     assert b.critical_path_s == pytest.approx(0.3 + longest, rel=1e-6)
     assert b.critical_path_s <= b.latency_s
