@@ -76,7 +76,7 @@ def _optimize(target: Any, policy: str, options: Any) -> Any:
         log.warning("ayo_llamaindex.optimize: %s", unsupported_message(target))
         return target
     if callable(target):
-        return OptimizedFunction(target, policy=policy)
+        return OptimizedFunction(target, policy=policy, options=options)
     raise TypeError(f"ayo_llamaindex.optimize() takes a LlamaIndex query engine or a function, got "
                     f"{type(target).__name__}; for an index, pass index.as_query_engine(...)")
 

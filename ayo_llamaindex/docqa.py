@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,9 +36,8 @@ from ayo_core.bound import BoundOptimizedFunction
 from ayo_core.caller_code import running_ayo_code, running_caller_code
 from ayo_core.graph import Graph
 from ayo_core.introspect import once
-from ayo_core.passes import optimize_graph
+from ayo_core.pipeline import OptimizedPipeline, Options
 from ayo_core.runtime.caller import CALLER_LOOP
-from ayo_core.runtime.errors import unwrap_node_failure
 from ayo_core.runtime.execute import is_async_callable
 from ayo_core.templates import Indexing, IndexingHooks
 from ayo_llamaindex import events, extractors, ingest, spans
@@ -50,7 +48,6 @@ from ayo_shims import llamaindex as shim
 
 log = logging.getLogger(__name__)
 _CALL: contextvars.ContextVar[CallState | None] = contextvars.ContextVar("ayo_docqa_call", default=None)
-_ids = itertools.count()
 
 
 @dataclass
@@ -69,10 +66,11 @@ class CallState:
 class OptimizedFunction:
     """The optimized stand-in for a doc-QA function (same call signature)."""
 
-    def __init__(self, fn: Any, policy: str = "critical_path") -> None:
+    def __init__(self, fn: Any, policy: str = "critical_path", options: Options | None = None) -> None:
         functools.update_wrapper(self, fn)
         self._fn = fn
-        self._policy = policy
+        self._options = options or Options(policy=policy)
+        self._policy = self._options.policy
         self._is_async = is_async_callable(fn)
         self._last: CallState | None = None
         self.last_trace: Any = None
@@ -137,26 +135,39 @@ class OptimizedFunction:
 
 # -- the per-call graph --------------------------------------------------------------------------
 
-def build_call_graph(state: CallState, query_engine: Any) -> tuple[Graph, Any, Any]:
-    """One graph: the call's pending ingests + the query through ``query_engine``."""
-    from ayo_llamaindex.lowering import build_query_graph
+@dataclass(frozen=True)
+class CallPlan:
+    """What one query of a call runs: the captured engine, its engines, the ingests it waits for."""
 
+    query_engine: Any
+    plan: Any
+    assign: Any
+    pendings: list[ingest.PendingIngest]
+
+
+def capture_call(state: CallState, query_engine: Any) -> CallPlan:
+    """Capture ``query_engine`` with the call's unfinished ingests, noting what it found for explain()."""
     plan = capture_query_engine(query_engine)
     pendings = [p for p in state.pending if not p.done.is_set()]
     # indexing overlaps decoding when the query expands itself with an LLM before retrieval
     assign = assign_engines(plan.llm_bindings(), plan.embed_bindings() + [p.embed for p in pendings],
                             overlap=bool(pendings) and plan.expands_query())
-    g = Graph(query_id="q")
-    g.input("query")
-    after = []
-    for k, p in enumerate(pendings):
-        after.append(_add_ingest_nodes(g, k, p, assign))
-    build_query_graph(plan, assign, extra_after=frozenset(after), graph=g)
     state.modules.extend(describe(plan))
     state.lowered.extend(explain_mod.lowered_modules(plan))
     for name, reason in plan.opaque_modules():
         state.notes.append(f"{name}: {reason}")
-    return optimize_graph(g), plan, assign
+    return CallPlan(query_engine, plan, assign, pendings)
+
+
+def build_call_graph(call: CallPlan, _query: Any = None) -> Graph:
+    """One graph: the call's pending ingests + the query through its engine."""
+    from ayo_llamaindex.lowering import build_query_graph
+
+    g = Graph(query_id="q")
+    g.input("query")
+    after = [_add_ingest_nodes(g, k, p, call.assign) for k, p in enumerate(call.pendings)]
+    build_query_graph(call.plan, call.assign, extra_after=frozenset(after), graph=g)
+    return g
 
 
 def _add_ingest_nodes(g: Graph, k: int, p: ingest.PendingIngest, assign: Any) -> str:
@@ -180,10 +191,12 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
     _CALL.set(None)
     CALLER_LOOP.set(caller_loop)
     bundle = QueryBundle(query) if isinstance(query, str) else query
-    graph, plan, assign = build_call_graph(state, query_engine)
-    state.graph = graph
-    rt = runtime_for(assign, state.owner._policy)
-    lowered = plan.kind != "opaque"
+    options = state.owner._options
+    # one pipeline per query: its graph holds this call's own ingests, so no shape is shared
+    pipeline: OptimizedPipeline[CallPlan] = OptimizedPipeline(
+        lambda: capture_call(state, query_engine), build_call_graph, options,
+        runtime=lambda: runtime_for(pipeline.plan.assign, options.policy, options.llm_inflight))
+    lowered = pipeline.plan.plan.kind != "opaque"
     # the engine's ``_query`` span(s), as its query() opens them; an opaque node runs the stock ``_query``,
     # which opens its own
     inner = spans.sync_or_async("_query")
@@ -191,9 +204,9 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
     with spans.opened(query_engine, inner_spans, bundle) as box, \
             events.query_event(query_engine, bundle, lowered=lowered) as event:
         try:
-            value, trace = await rt.run(graph.for_query(f"doc{next(_ids)}"), {"query": bundle})
-        except Exception as exc:
-            raise unwrap_node_failure(exc) from None
+            value, trace = await pipeline.run_traced({"query": bundle})
+        finally:
+            state.graph = pipeline.last_graph
         event.on_end(payload={EventPayload.RESPONSE: box.set(value)})
     state.trace = trace
     state.owner.last_trace = trace
