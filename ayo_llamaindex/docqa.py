@@ -140,7 +140,7 @@ class CallPlan:
     """What one query of a call runs: the captured engine, its engines, the ingests it waits for."""
 
     query_engine: Any
-    plan: Any
+    engine_plan: Any  # capture_query_engine's plan of it
     assign: Any
     pendings: list[ingest.PendingIngest]
 
@@ -166,7 +166,7 @@ def build_call_graph(call: CallPlan, _query: Any = None) -> Graph:
     g = Graph(query_id="q")
     g.input("query")
     after = [_add_ingest_nodes(g, k, p, call.assign) for k, p in enumerate(call.pendings)]
-    build_query_graph(call.plan, call.assign, extra_after=frozenset(after), graph=g)
+    build_query_graph(call.engine_plan, call.assign, extra_after=frozenset(after), graph=g)
     return g
 
 
@@ -196,7 +196,7 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
     pipeline: OptimizedPipeline[CallPlan] = OptimizedPipeline(
         lambda: capture_call(state, query_engine), build_call_graph, options,
         runtime=lambda: runtime_for(pipeline.plan.assign, options.policy, options.llm_inflight))
-    lowered = pipeline.plan.plan.kind != "opaque"
+    lowered = pipeline.plan.engine_plan.kind != "opaque"
     # the engine's ``_query`` span(s), as its query() opens them; an opaque node runs the stock ``_query``,
     # which opens its own
     inner = spans.sync_or_async("_query")
