@@ -24,7 +24,6 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from ayo_core.runtime.owned import start_owned
 from ayo_shims import langchain as shims
 
 Body = Callable[[Any, Any, RunnableConfig], Any]  # (value, run_manager, config), as _call_with_config calls it
@@ -61,7 +60,10 @@ async def call_async(lam: Any, body: Body, value: Any, config: RunnableConfig) -
         handed.set_result((out, run_manager.get_child(), config["recursion_limit"] - 1))
         return await routed_value  # the run _acall_with_config opened ends with the routed output
 
-    task = start_owned(shims.acall_with_config(lam, routing_body, value, config), f"route: {lam.get_name()}")
+    # a plain task, not the query's (start_owned): when the routed runnable fails, the query fails and
+    # would cancel an owned task before the error reaches it, ending the lambda's run with
+    # CancelledError where stock's ends with the routed runnable's error; this function awaits it
+    task = asyncio.ensure_future(shims.acall_with_config(lam, routing_body, value, config))
     try:
         await asyncio.wait({task, handed}, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
