@@ -84,6 +84,11 @@ class OptimizedFunction:
         """The user's original function."""
         return self._fn
 
+    @property
+    def options(self) -> Options:
+        """The knobs its queries run with (``optimize(fn, options=...)``)."""
+        return self._options
+
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         # ``@ayo_llamaindex.optimize`` on a method: bind like the function it replaces
         return self if instance is None else BoundOptimizedFunction(self, instance)
@@ -191,7 +196,7 @@ async def run_call_query(state: CallState, query_engine: Any, query: Any,
     _CALL.set(None)
     CALLER_LOOP.set(caller_loop)
     bundle = QueryBundle(query) if isinstance(query, str) else query
-    options = state.owner._options
+    options = state.owner.options
     # one pipeline per query: its graph holds this call's own ingests, so no shape is shared
     pipeline: OptimizedPipeline[CallPlan] = OptimizedPipeline(
         lambda: capture_call(state, query_engine), build_call_graph, options,
