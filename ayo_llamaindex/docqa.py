@@ -144,7 +144,6 @@ class OptimizedFunction:
 class CallPlan:
     """What one query of a call runs: the captured engine, its engines, the ingests it waits for."""
 
-    query_engine: Any
     engine_plan: Any  # capture_query_engine's plan of it
     assign: Any
     pendings: list[ingest.PendingIngest]
@@ -161,7 +160,7 @@ def capture_call(state: CallState, query_engine: Any) -> CallPlan:
     state.lowered.extend(explain_mod.lowered_modules(plan))
     for name, reason in plan.opaque_modules():
         state.notes.append(f"{name}: {reason}")
-    return CallPlan(query_engine, plan, assign, pendings)
+    return CallPlan(plan, assign, pendings)
 
 
 def build_call_graph(call: CallPlan, _query: Any = None) -> Graph:
