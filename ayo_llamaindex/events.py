@@ -205,6 +205,11 @@ class _Event:
     def end(self, payload: dict[str, Any]) -> None:
         recorder.emit(lambda: self.cm.on_event_end(self.type, payload=payload, event_id=self.id))
 
+    def as_parent(self) -> contextlib.AbstractContextManager[Any]:
+        """Callback events started in the block nest under this one. A recorded event (a speculative step's,
+        sent later if used) has no id yet: its replay nests what it recorded."""
+        return shim.callback_parent(self.id) if self.id is not None else contextlib.nullcontext()
+
     def fail(self, exc: BaseException) -> None:
         """End with the exception, once per exception as ``CallbackManager.event`` does."""
         if isinstance(exc, Exception) and not hasattr(exc, "event_added"):
@@ -301,9 +306,13 @@ class Retrieval(_SplitEvents):
                 with (self.inner[-1] if self.inner else self.span).active():
                     self.inner.append(spans.of_method(retriever, name, query))
 
-    def inside(self) -> contextlib.AbstractContextManager[Any]:
-        """The retrieval's innermost span active while the block runs (the query embedding's spans nest in it)."""
-        return (self.inner[-1] if self.inner else self.span).active()
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        """The retrieval's innermost span active while the block runs, and its callback event the parent of
+        those started in it (the query embedding's; a fusion or router retriever's sub-retrievals, which run
+        in other nodes than the one that opened it)."""
+        with (self.inner[-1] if self.inner else self.span).active(), self.event.as_parent():
+            yield
 
     def end(self, nodes: list[Any]) -> list[Any]:
         from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent

@@ -77,9 +77,10 @@ class PendingIngest:
         self.error: BaseException | None = None
         self._vectors: asyncio.Future | None = None
         self._added: asyncio.Future | None = None
-        # the span stock's embedding would open under: the one active where the index was built
+        # the span and callback event stock's embedding would open under: those open where the index was built
         self._span_parent = shim.active_span_id().get()
         self._span_tags = shim.active_instrument_tags().get()
+        self._callback_stack = shim.callback_stack().get()
 
     def __repr__(self) -> str:
         return f"PendingIngest({len(self.nodes)} nodes -> {type(self.store).__name__})"
@@ -94,9 +95,10 @@ class PendingIngest:
 
     async def _embed_nodes(self, send: Any) -> list[list[float]]:
         """Stock's ``embed_nodes`` for each insert batch (one ``get_text_embedding_batch`` call and span
-        each), all batches at once, under the span that was active when the index was written."""
+        each), all batches at once, under the span and callback event open when the index was written."""
         shim.active_span_id().set(self._span_parent)  # this task's own context
         shim.active_instrument_tags().set(self._span_tags)
+        shim.callback_stack().set(self._callback_stack)
         show_progress = shim.index_show_progress(self.index)
         batches = [[n.get_content(metadata_mode=MetadataMode.EMBED) for n in batch if n.embedding is None]
                    for batch in iter_batch(self.nodes, shim.index_insert_batch_size(self.index))]

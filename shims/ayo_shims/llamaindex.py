@@ -16,12 +16,13 @@ importing them only to check them would cost ``optimize()`` seconds (torch).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ayo_shims.llamaindex_versions import (  # noqa: F401 - re-exported: the names the adapter reads here
@@ -225,6 +226,34 @@ def handle_recursive_retrieval(retriever: Any, query_bundle: Any, nodes: list[An
 
 def check_callback_manager(retriever: Any) -> None:
     retriever._check_callback_manager()
+
+
+declare("llama_index.core.callbacks.base.global_stack_trace", framework=CORE, checked=CORE_CHECKED,
+        why="a split event's nodes run in contexts of their own: the callback events a node starts take their parent "
+            "from this stack, so the node puts the open event on it, as stock's `with callback_manager.event(...)` does",
+        check=importable("llama_index.core.callbacks.base", "global_stack_trace"))
+
+
+def callback_stack() -> Any:
+    """The context variable holding the open callback events' ids, innermost last."""
+    from llama_index.core.callbacks.base import global_stack_trace
+
+    return global_stack_trace
+
+
+@contextlib.contextmanager
+def callback_parent(event_id: str) -> Iterator[None]:
+    """Callback events started in the block nest under ``event_id`` (unless it is already the innermost)."""
+    var = callback_stack()
+    stack = var.get()
+    if stack and stack[-1] == event_id:
+        yield
+        return
+    token = var.set([*stack, event_id])
+    try:
+        yield
+    finally:
+        var.reset(token)
 
 
 declare(f"{_FUSION}.QueryFusionRetriever._retrievers/_llm/_verbose", framework=CORE, checked=CORE_CHECKED,

@@ -29,6 +29,7 @@ from llama_index.core.retrievers import QueryFusionRetriever
 
 import ayo_llamaindex
 from ayo_llamaindex.runtime import LOOP
+from tests.adapters.li_case import EventRecorder
 from tests.ayo_llamaindex.li_helpers import QUESTIONS, TEXTS, FakeLLM, assert_same
 from tests.stub_http import JSONHandler, LoopbackServer, sse
 
@@ -104,7 +105,8 @@ class _Recorder(BaseEventHandler):
 _EVENTS: list[Any] = []
 TOKENS = TokenCountingHandler()
 DEBUG = LlamaDebugHandler(print_trace_on_end=False)
-CM = CallbackManager([TOKENS, DEBUG])
+PARENTS = EventRecorder()  # each event's path of parents: what a tracing handler builds its tree from
+CM = CallbackManager([TOKENS, DEBUG, PARENTS])
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +160,7 @@ def observe(run: Any) -> dict[str, Any]:
     """What handlers saw during ``run()``: token totals, callback events, instrumentation events."""
     TOKENS.reset_counts()
     DEBUG.flush_event_logs()
+    PARENTS.reset()
     _EVENTS.clear()
     response = run()
     pairs = DEBUG.get_event_pairs()
@@ -175,6 +178,7 @@ def observe(run: Any) -> dict[str, Any]:
                    TOKENS.total_embedding_token_count),
         "callbacks": dict(by_type),
         "unfinished": len(DEBUG.get_events()) - 2 * len(pairs),
+        "tree": PARENTS.paths(),
         "llm": llm_payloads, "completion": completion_payloads, "chunks": chunks,
         "instrumentation": dict(collections.Counter(type(e).__name__ for e in _EVENTS)),
         "predict_outputs": sorted(e.output for e in _EVENTS if type(e).__name__ == "LLMPredictEndEvent"),
@@ -297,6 +301,7 @@ def test_docqa_function_events_match_stock(server, traced_index) -> None:
     assert {"embedding", "llm", "query", "retrieve", "synthesize"} <= set(f["callbacks"])
     s_resp, f_resp = s.pop("response"), f.pop("response")
     assert str(f_resp) == str(s_resp)
+    assert f["tree"] == s["tree"], f"got {f['tree']}\nwant {s['tree']}"
     assert f == s
 
 

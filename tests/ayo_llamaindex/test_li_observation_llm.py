@@ -1,0 +1,112 @@
+"""Every observation API against stock's, for each pattern the adapter lowers, on the real vLLM server
+(issue 30 item 2's matrix): in one run of each side, the instrumentation dispatcher's span tree with the
+events sent inside each span (what OpenTelemetry, Phoenix or Langfuse build their traces from), and
+every ``CallbackManager`` event with its parent and its start and end payloads as a handler reads them
+(the query, the retrieved nodes with ids, scores and text, the messages sent, the model's response,
+the final response with its source nodes and metadata keys), under ``query()`` and ``aquery()``; for
+chat engines under ``chat``, ``achat`` and ``stream_chat``; a streamed response token by token.
+
+The offline suites (``test_spans.py``, ``test_chat_spans.py``, the conformance suite's payload check)
+check these APIs against a fake server; here the answers are the real model's, so refine's and
+tree_summarize's later calls read the real first answers, and LLMRerank and the fusion retriever parse
+what the model actually wrote. Siblings in the span tree are compared as a multiset (Ayo runs
+independent calls at once; stock's ``aquery`` does too), as offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from llama_index.core import Document, Settings, VectorStoreIndex
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation import get_dispatcher
+
+import ayo_llamaindex
+from tests.adapters.li_case import EventRecorder
+from tests.ayo_langchain.lc_helpers import MODEL
+from tests.ayo_llamaindex.li_helpers import QUESTIONS, TEXTS
+from tests.ayo_llamaindex.test_events_retries_lifecycle import make_engine, make_llm
+from tests.ayo_llamaindex.test_spans import KINDS, EventLog, SpanTree, span_tree
+from tests.server_streams import assert_same_stream
+
+pytestmark = [pytest.mark.llm, pytest.mark.timeout(600)]
+TOKENS = 48  # the model's answers run on past a sentence; 64-256 tokens: test_li_long_answers.py
+RECORDER = EventRecorder()
+
+
+@pytest.fixture(scope="module")
+def observed_index(llm_url: str, embed_model: Any) -> Iterator[VectorStoreIndex]:
+    """An index; span and event recorders on the root dispatcher, a callback recorder in ``Settings``
+    (objects built while it is set report to it, as users set it up), the real model in ``Settings``."""
+    dispatcher, old_llm, old_callbacks = get_dispatcher(), Settings._llm, Settings._callback_manager  # noqa: SLF001
+    spans, log = SpanTree(), EventLog()
+    dispatcher.add_span_handler(spans)
+    dispatcher.add_event_handler(log)
+    Settings.llm = real_llm(llm_url)
+    Settings.callback_manager = CallbackManager([RECORDER])
+    yield VectorStoreIndex.from_documents([Document(text=t, id_=f"d{i}") for i, t in enumerate(TEXTS)],
+                                          embed_model=embed_model)
+    dispatcher.span_handlers.remove(spans)
+    dispatcher.event_handlers.remove(log)
+    Settings._llm, Settings._callback_manager = old_llm, old_callbacks  # noqa: SLF001 - restored
+
+
+def real_llm(url: str) -> Any:
+    return make_llm(url, model=MODEL, max_tokens=TOKENS)
+
+
+def observe(run: Callable[[], Any]) -> tuple[Any, list[Any], list[tuple], Any]:
+    """One run's span tree, callback events (paths from the root), callback payloads, and its answer."""
+    RECORDER.reset()
+    answer: list[Any] = []
+    tree = span_tree(lambda: answer.append(run()))
+    return tree, RECORDER.paths(), sorted(RECORDER.payloads, key=repr), answer[0]
+
+
+def assert_observed_as_stock(build: Callable[[], Any], run: Callable[[Any], Any], calls_model: bool = True) -> None:
+    want = observe(lambda: run(build()))
+    got = observe(lambda: run(ayo_llamaindex.optimize(build())))
+    if isinstance(want[3], list):  # a stream: the text, cut where stock's is but for a server's merged events
+        assert_same_stream(got[3], want[3])
+    else:
+        assert got[3] == want[3]
+    assert got[1] == want[1], f"got {got[1]}\nwant {want[1]}"  # callback events, each under its parent
+    assert got[2] == want[2]  # their payloads
+    assert got[0] == want[0]  # the span tree with each span's events
+    assert any("OpenAILike." in key for key in want[0]) == calls_model, "the recorders did not see stock's model spans"
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_query_engine_observed_as_stock(observed_index: Any, llm_url: str, kind: str, use_async: bool) -> None:
+    def run(engine: Any) -> str:
+        response = asyncio.run(engine.aquery(QUESTIONS[0])) if use_async else engine.query(QUESTIONS[0])
+        return str(response)
+
+    assert_observed_as_stock(lambda: make_engine(kind, observed_index, real_llm(llm_url)), run, kind != "no_text")
+
+
+def test_streamed_response_observed_as_stock(observed_index: Any, llm_url: str) -> None:
+    def run(engine: Any) -> list[str]:
+        return list(engine.query(QUESTIONS[0]).response_gen)
+
+    assert_observed_as_stock(
+        lambda: observed_index.as_query_engine(llm=real_llm(llm_url), similarity_top_k=2, streaming=True), run)
+
+
+@pytest.mark.parametrize("style", ["chat", "achat", "stream_chat"])
+@pytest.mark.parametrize("mode", ["context", "condense_plus_context"])
+def test_chat_engine_observed_as_stock(observed_index: Any, llm_url: str, mode: str, style: str) -> None:
+    def run(engine: Any) -> Any:
+        engine.reset()
+        if style == "chat":
+            return str(engine.chat(QUESTIONS[0]))
+        if style == "achat":
+            return str(asyncio.run(engine.achat(QUESTIONS[0])))
+        return list(engine.stream_chat(QUESTIONS[0]).response_gen)
+
+    assert_observed_as_stock(
+        lambda: observed_index.as_chat_engine(chat_mode=mode, llm=real_llm(llm_url), similarity_top_k=2), run)
