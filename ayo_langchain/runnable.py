@@ -218,6 +218,8 @@ class OptimizedRunnable(Runnable):
         self.plan = self.pipeline.plan
         self.last_trace: Any = None
         self.last_traces: list[Any] = []
+        # the chain inside a history runnable's stream (its StreamTwin): streamed as stock streams a child
+        self.streams_as_child = False
 
     @property
     def last_graph(self) -> Graph | None:
@@ -316,9 +318,13 @@ class OptimizedRunnable(Runnable):
         """A root ``RunnableWithMessageHistory`` streams through stock's own stream around Ayo's chain
         (see :class:`ayo_langchain.history.StreamTwin`); None for any other root."""
         if not hasattr(self, "_twin"):
-            self._twin = stream_twin(self.plan.root, self.plan.top_wrappers,
-                                     lambda chain: OptimizedRunnable(chain, self.options, self.plan.given_runtime))
+            self._twin = stream_twin(self.plan.root, self.plan.top_wrappers, self._twin_chain)
         return self._twin
+
+    def _twin_chain(self, chain: Any) -> OptimizedRunnable:
+        optimized = OptimizedRunnable(chain, self.options, self.plan.given_runtime)
+        optimized.streams_as_child = True
+        return optimized
 
     def streams_as_is(self) -> bool:
         """A root other than a sequence or a model whose stream yields a model's tokens (a parallel
@@ -370,7 +376,12 @@ class OptimizedRunnable(Runnable):
         return value
 
     async def _astream(self, input: Any, config: RunnableConfig | None, sync: bool = False) -> AsyncIterator[Any]:
-        run = await self._query_run(input, self._top_config(config), sync, streaming=True)
+        top = self._top_config(config)
+        if self.streams_as_child and _streamed_as_a_child(top) and not self.reports_own_run():
+            async for chunk in self._astream_as_child(input, top, sync):
+                yield chunk
+            return
+        run = await self._query_run(input, top, sync, streaming=True)
         final: Any = None
         try:
             async for chunk in self._stream_chunks(input, run):
@@ -382,6 +393,21 @@ class OptimizedRunnable(Runnable):
             raise
         if run.run_manager is not None:
             await run.run_manager.on_chain_end(final)
+
+    def _astream_as_child(self, input: Any, config: RunnableConfig, sync: bool) -> AsyncIterator[Any]:
+        """Streamed inside another run's stream (the chain in a ``RunnableWithMessageHistory``'s): the
+        chain's run opens, streams and ends as stock's transform runs a child's (no input at the start,
+        each chunk given to astream_events' and astream_log's handler, the input and the merged output at
+        the end)."""
+        async def transformer(chunks: AsyncIterator[Any], run_manager: Any, config: RunnableConfig) -> Any:
+            value = None
+            async for chunk in chunks:
+                value = chunk
+            run = ChainCall(cfg=config, run_manager=run_manager, sync=sync, streaming=True)
+            async for out in self._stream_chunks(value, run):
+                yield out
+
+        return shims.atransform_stream(self, input, transformer, config)
 
     async def _stream_chunks(self, input: Any, run: ChainCall) -> AsyncIterator[Any]:
         """Stock streaming: the last model of the top sequence streams, later steps transform its chunks."""
@@ -445,6 +471,11 @@ def _lower_call(plan: Plan, run: ChainCall) -> Graph:
     run.out_chunking = lowerer.chunkings.get(out)  # a stream's tail step gets the output in these chunks
     g.output(out)
     return g
+
+
+def _streamed_as_a_child(config: RunnableConfig) -> bool:
+    """The call's callbacks are a parent run's child manager: the caller is another runnable's run."""
+    return getattr(config.get("callbacks"), "parent_run_id", None) is not None
 
 
 def _bound_config(config: RunnableConfig | None, wrappers: tuple[Any, ...]) -> RunnableConfig:

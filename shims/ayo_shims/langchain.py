@@ -161,6 +161,15 @@ async def atransform_with_config(runnable: Any, func: Callable[..., Any], value:
     return out
 
 
+def atransform_stream(runnable: Any, value: Any, transformer: Callable[..., Any], config: Any) -> Any:
+    """``transformer(chunks, run_manager, config)``'s chunks under the run ``runnable``'s transform opens
+    (stock's stream path), over the one-chunk input ``value``."""
+    async def one() -> Any:
+        yield value
+
+    return runnable._atransform_stream_with_config(one(), transformer, config)
+
+
 async def tap_stream(run_manager: Any, chunks: list[Any]) -> None:
     """Give ``chunks`` as ``run_manager``'s run's stream to the streaming handler among its handlers
     (astream_events', astream_log's), as a transform's output is tapped in stock; none: nothing."""

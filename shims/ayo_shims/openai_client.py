@@ -430,6 +430,16 @@ def _server_extras(result: Any) -> dict[str, Any]:
     return {k: raw[k] for k in ("system_fingerprint", "service_tier") if raw.get(k) is not None}
 
 
+def _response_fields(result: Any) -> dict[str, Any]:
+    """A non-streamed body's id, creation time and server extras for an answer the engine streamed
+    (to a listener): the server's own, from its stream's events (the request's id there is the one a
+    non-streamed answer would carry; vLLM sends ``system_fingerprint`` on the last event); Ayo's own id
+    for an answer made of several requests."""
+    raw = getattr(result, "raw", None) or {}
+    return {"id": raw.get("id") or f"ayo-{next(_ids)}", "created": raw.get("created") or int(time.time()),
+            **_server_extras(result)}
+
+
 def _usage(result: Any) -> dict[str, Any]:
     raw = getattr(result, "raw", None)
     server = raw.get("usage") if isinstance(raw, dict) else None
@@ -482,9 +492,8 @@ class ChatCompletionsShim(_ShimBase):
 
             return ChatCompletion.construct(**result.raw)
         return _parsed("ChatCompletion", {
-            "id": f"ayo-{next(_ids)}",
+            **_response_fields(result),
             "object": "chat.completion",
-            "created": int(time.time()),
             "model": payload.get("model"),
             "choices": [{
                 "index": 0,
@@ -536,9 +545,8 @@ class CompletionsShim(_ShimBase):
                 if k in usage:
                     usage[k] += v
         return _parsed("Completion", {
-            "id": f"ayo-{next(_ids)}",
+            **_response_fields(results[0] if len(results) == 1 else None),
             "object": "text_completion",
-            "created": int(time.time()),
             "model": payload.get("model"),
             "choices": [{"index": i, "text": res.text, "finish_reason": res.finish_reason or "stop",
                          "logprobs": None} for i, res in enumerate(results)],

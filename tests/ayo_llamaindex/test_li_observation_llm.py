@@ -4,7 +4,8 @@ events sent inside each span (what OpenTelemetry, Phoenix or Langfuse build thei
 every ``CallbackManager`` event with its parent and its start and end payloads as a handler reads them
 (the query, the retrieved nodes with ids, scores and text, the messages sent, the model's response,
 the final response with its source nodes and metadata keys), under ``query()`` and ``aquery()``; for
-chat engines under ``chat``, ``achat`` and ``stream_chat``; a streamed response token by token.
+chat engines under ``chat``, ``achat`` and ``stream_chat``; a streamed response token by token. The
+``aquery()`` and ``achat`` runs are marked ``long`` (``make test-long``): CI's time.
 
 The offline suites (``test_spans.py``, ``test_chat_spans.py``, the conformance suite's payload check)
 check these APIs against a fake server; here the answers are the real model's, so refine's and
@@ -79,7 +80,7 @@ def assert_observed_as_stock(build: Callable[[], Any], run: Callable[[Any], Any]
     assert any("OpenAILike." in key for key in want[0]) == calls_model, "the recorders did not see stock's model spans"
 
 
-@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("use_async", [False, pytest.param(True, marks=pytest.mark.long)])  # CI's time
 @pytest.mark.parametrize("kind", KINDS)
 def test_query_engine_observed_as_stock(observed_index: Any, llm_url: str, kind: str, use_async: bool) -> None:
     def run(engine: Any) -> str:
@@ -97,7 +98,7 @@ def test_streamed_response_observed_as_stock(observed_index: Any, llm_url: str) 
         lambda: observed_index.as_query_engine(llm=real_llm(llm_url), similarity_top_k=2, streaming=True), run)
 
 
-@pytest.mark.parametrize("style", ["chat", "achat", "stream_chat"])
+@pytest.mark.parametrize("style", ["chat", pytest.param("achat", marks=pytest.mark.long), "stream_chat"])
 @pytest.mark.parametrize("mode", ["context", "condense_plus_context"])
 def test_chat_engine_observed_as_stock(observed_index: Any, llm_url: str, mode: str, style: str) -> None:
     def run(engine: Any) -> Any:
