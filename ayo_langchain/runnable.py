@@ -314,6 +314,19 @@ class OptimizedRunnable(Runnable):
         async for chunk in source:
             yield chunk
 
+    async def astream_events(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+                             ) -> AsyncIterator[Any]:
+        twin = None if self.as_is() else self._stream_twin()
+        if twin is None:
+            async for event in super().astream_events(input, config, **kwargs):
+                yield event
+            return
+        # stock's bindings hand astream_events inward to the history runnable, whose own binding names the
+        # root run (v1 names it from the config, not from the run)
+        async for event in twin.runnable.astream_events(input, _bound_config(config, twin.outer), **kwargs):
+            yield event
+        self.last_trace = twin.chain.last_trace
+
     def _stream_twin(self) -> Any:
         """A root ``RunnableWithMessageHistory`` streams through stock's own stream around Ayo's chain
         (see :class:`ayo_langchain.history.StreamTwin`); None for any other root."""

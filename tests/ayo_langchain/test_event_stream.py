@@ -139,6 +139,21 @@ def listed_then_answer(server: FakeOpenAIServer) -> tuple[Any, Any]:
     return chain, {"question": "what is x?"}
 
 
+def with_history(server: FakeOpenAIServer | str) -> tuple[Any, Any]:
+    # a RunnableWithMessageHistory: stock's own stream around Ayo's chain, which streams as stock's child
+    from langchain_core.chat_history import InMemoryChatMessageHistory
+    from langchain_core.prompts import MessagesPlaceholder
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    prompt = ChatPromptTemplate.from_messages([("system", "You are a tutor."), MessagesPlaceholder("history"),
+                                               ("human", "{question}")])
+    store: dict[str, Any] = {}
+    chain = RunnableWithMessageHistory(prompt | chat_model(server) | StrOutputParser(),
+                                       lambda session_id: store.setdefault(session_id, InMemoryChatMessageHistory()),
+                                       input_messages_key="question", history_messages_key="history")
+    return chain.with_config(configurable={"session_id": "s"}), {"question": "what is x?"}
+
+
 _IDS = re.compile(r"(lc_run--|run-)[0-9a-f-]{36}")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -153,9 +168,10 @@ def _canonical(value: Any) -> Any:
 
 
 # A real server's request and tool-call ids are random, and how much of a prompt its prefix cache held
-# depends on what it served before (stock's second run of a request reads more from the cache than its first)
+# depends on what it served before (stock's second run of a request reads more from the cache, and writes less
+# into it, than its first)
 _SERVER_IDS = re.compile(r"(chatcmpl-(?:tool-)?)[0-9a-f]+")
-_CACHED = re.compile(r"('cached_tokens': |'cache_read': )\d+")
+_CACHED = re.compile(r"('cached_tokens': |'cache_read': |'created_cache_tokens': )\d+")
 # vLLM's usage in a non-streamed body has a null ``multimodal_tokens``, its stream's usage event has none;
 # a call Ayo streams for a listener where stock's is not streamed carries the stream's (docs/observability.md)
 _NULL_MULTIMODAL = re.compile(r", 'multimodal_tokens': None")
@@ -182,7 +198,7 @@ async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list
 @pytest.mark.parametrize("version", ["v2", "v1"])
 @pytest.mark.parametrize("build", [dict_first, assign_first, nested, lambda_last, routing, sources_last,
                                    assign_after_parallel, two_drafts, draft_then_answer, json_then_answer,
-                                   listed_then_answer])
+                                   listed_then_answer, with_history])
 def test_astream_events_are_stocks_run_by_run(build: Any, version: str, fake_server: FakeOpenAIServer) -> None:
     # Ayo's engine talks to the fake server too: the model's requests go through the engine
     assert_same_runs(build, fake_server, version)
@@ -288,7 +304,7 @@ async def _log_state(chain: Any, x: Any) -> tuple[dict[str, Any], Any]:
 
 
 @pytest.mark.parametrize("build", [dict_first, assign_first, nested, sources_last, assign_after_parallel, two_drafts,
-                                   draft_then_answer, json_then_answer, listed_then_answer])
+                                   draft_then_answer, json_then_answer, listed_then_answer, with_history])
 def test_astream_log_is_stocks(build: Any, fake_server: FakeOpenAIServer) -> None:
     server = fake_server  # Ayo's engine talks to it too: the model's requests go through the engine
     stock, x = build(server)

@@ -143,9 +143,7 @@ def test_astream_events_v2_are_stocks(pattern: str, llm_url: str, vectorstore: A
 
 
 @LONG
-@pytest.mark.parametrize("pattern", ["rag", pytest.param("history", marks=pytest.mark.xfail(
-    strict=True, reason="astream_events v1 of a RunnableWithMessageHistory: the root run is reported as "
-                        "RunnableSequence where stock's is RunnableWithMessageHistory (docs/observability.md)"))])
+@pytest.mark.parametrize("pattern", ["rag", "history"])
 def test_astream_events_v1_are_stocks(pattern: str, llm_url: str, vectorstore: Any) -> None:
     assert_same_runs(_as_server_build(pattern, vectorstore), llm_url, "v1")
 
