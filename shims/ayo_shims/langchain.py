@@ -146,9 +146,6 @@ STREAMING_HANDLER = declare(
 async def atransform_with_config(runnable: Any, func: Callable[..., Any], value: Any, config: Any) -> Any:
     """``await func(value, run_manager, config)`` under the run ``runnable``'s transform opens (stock's
     stream path), over the one-chunk input ``value``; its result is the one chunk it streams."""
-    async def one() -> Any:
-        yield value
-
     async def transformer(chunks: Any, run_manager: Any, config: Any) -> Any:
         final = None
         async for chunk in chunks:
@@ -156,7 +153,7 @@ async def atransform_with_config(runnable: Any, func: Callable[..., Any], value:
         yield await func(final, run_manager, config)
 
     out = None
-    async for chunk in runnable._atransform_stream_with_config(one(), transformer, config):
+    async for chunk in atransform_stream(runnable, value, transformer, config):
         out = chunk
     return out
 

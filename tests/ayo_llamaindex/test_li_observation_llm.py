@@ -18,7 +18,6 @@ independent calls at once; stock's ``aquery`` does too), as offline.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,6 +29,7 @@ from llama_index.core.instrumentation import get_dispatcher
 import ayo_llamaindex
 from tests.adapters.li_case import EventRecorder
 from tests.ayo_langchain.lc_helpers import MODEL
+from tests.ayo_langchain.test_event_stream import _UUID
 from tests.ayo_llamaindex.li_helpers import QUESTIONS, TEXTS
 from tests.ayo_llamaindex.test_events_retries_lifecycle import make_engine, make_llm
 from tests.ayo_llamaindex.test_spans import KINDS, EventLog, SpanTree, span_tree
@@ -74,9 +74,6 @@ def _ids_masked(observed: tuple[Any, list[Any], list[tuple], Any]) -> tuple[Any,
     """Node ids made per run (a SubQuestion engine's answer nodes: new ``TextNode``s, random in stock too)."""
     tree, events, payloads, answer = observed
     return tree, events, sorted(_UUID.sub("<id>", repr(p)) for p in payloads), answer
-
-
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def assert_observed_as_stock(build: Callable[[], Any], run: Callable[[Any], Any], calls_model: bool = True,
