@@ -25,14 +25,7 @@ PREDATE_PROVENANCE: set[str] = set()  # results files without provenance tolerat
 # Committed files that need re-measuring (issue 28: dirty set by hand, worktree paths, the cluster files'
 # partial provenance), file by file and kind by kind; remove a name once its file is re-measured (the
 # test fails while a listed file is fine). A changed summary or a stale table is never tolerated.
-REMEASURE: dict[str, set[str]] = {
-    # the cpu-local validation of 2026-12-06 ran in a worktree at f6a37e4 whose ayo_examples came from the
-    # main checkout's editable install (its examples/ identical: `git diff f6a37e4 -- examples/` is empty),
-    # so the provenance says dirty; re-measure in a clean checkout
-    readme_table.DIRTY: {f"{app}-cpu-local{proxy}.json" for app in (
-        "naive_rag", "advanced_rag", "search_augmented", "contextual_retrieval", "agent", "graph", "chat",
-        "sub_question") for proxy in ("", "-proxy")},
-}
+REMEASURE: dict[str, set[str]] = {}  # results files tolerated until re-measured: none now
 # Written by an older summarize_latency (keys it no longer writes, or not yet): reported, tolerated for
 # any file (the figures both codes write are still compared, SUMMARY_MISMATCH)
 TOLERATED_ANY_FILE = {readme_table.SUMMARY_KEYS}
