@@ -3,7 +3,7 @@
 (``invoke``) and streamed (``stream``: every chunk, in order, not only their concatenation; cut where
 stock's stream is cut, but for a server's merged events: ``tests/server_streams.py``); the RAG chain
 and the chat chain with memory at 256 too (marked ``slow``, in the default suite: about 2 minutes
-here). A difference late in a decode or at a stream boundary shows here, where the short-answer
+here), the other patterns at 256 with ``make test-long``. A difference late in a decode or at a stream boundary shows here, where the short-answer
 suites (16-48 tokens) cannot see it. A 128-token answer takes this 2-core machine's server about
 6 s: one question per pattern, and the 128-token answers opt-in, keep CI's time bounded.
 """
@@ -78,7 +78,9 @@ PATTERNS = {"rag": rag_chain, "multi_query": multi_query_chain, "compression": c
 
 @pytest.mark.parametrize(("pattern", "tokens"), [(p, DEFAULT) for p in sorted(PATTERNS)]
                          + [pytest.param(p, 128, marks=pytest.mark.long) for p in sorted(PATTERNS)]
-                         + [pytest.param("rag", 256, marks=pytest.mark.slow)])
+                         + [pytest.param("rag", 256, marks=pytest.mark.slow)]
+                         # 256 for the other patterns, opt-in (make test-long): CI runs 256 once per family
+                         + [pytest.param(p, 256, marks=pytest.mark.long) for p in sorted(PATTERNS) if p != "rag"])
 def test_long_answers_called_and_streamed(llm_url: str, vectorstore: Any, pattern: str, tokens: int) -> None:
     stock = PATTERNS[pattern](llm_url, vectorstore, tokens)
     fast = ayo_langchain.optimize(stock)

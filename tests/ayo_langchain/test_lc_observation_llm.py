@@ -3,8 +3,10 @@
 hook with its run id and parent, inputs, outputs with ``usage_metadata``, tags, metadata, errors and
 the per-token ``new_token`` events) under ``invoke``, ``ainvoke`` and ``stream``; ``astream_events``
 run by run (v2 for every pattern, v1 for two); and ``astream_log``'s final state. In the default suite:
-the tracer under ``stream`` and ``astream_events`` v2 for every pattern; the rest with ``make test-long``
-(about 7 minutes here for the whole file).
+the tracer under ``stream`` and ``astream_events`` v2 for the first twelve patterns; the rest, and every
+API for the other shapes the adapter lowers (a ``RunnableBranch``, ``.map()``, an ``EnsembleRetriever``, a
+history-aware retriever, an ``LLMChainFilter``, a model ``with_fallbacks``, a text-completion model:
+``MORE_PATTERNS``), with ``make test-long``.
 
 The offline suites (``test_tracer_runs.py``, ``test_event_stream.py``) check the same APIs on more
 shapes against a fake server whose stream cuts are fixed; here the answers are the real model's, so
@@ -79,6 +81,82 @@ def _agent(url: str, _vs: Any) -> tuple[Any, Any]:
     return agents(url, TOKENS)["create_agent"], {"messages": [("user", QUESTIONS[1])]}
 
 
+def _rag_over(url: str, retriever: Any, model: Any = None, prompt: Any = None) -> Any:
+    """The RAG chain of the offline shapes over ``retriever`` (and ``model``: the chat model by default)."""
+    return ({"context": retriever | format_docs, "question": RunnablePassthrough()} | (prompt or shapes.PROMPT)
+            | (model or chat(url, TOKENS)) | StrOutputParser())
+
+
+def _branch(url: str, vs: Any) -> tuple[Any, Any]:
+    from langchain_core.runnables import RunnableBranch
+
+    detailed = shapes.PROMPT | chat(url, TOKENS) | StrOutputParser()
+    brief = ChatPromptTemplate.from_messages([("human", "In one sentence: {question}")]) | chat(url, TOKENS) \
+        | StrOutputParser()
+    branch = RunnableBranch((lambda d: "json" in d["question"].lower(), detailed), brief)
+    return {"context": vs.as_retriever(search_kwargs={"k": 2}) | format_docs,
+            "question": RunnablePassthrough()} | branch, QUESTION
+
+
+def _map(url: str, _vs: Any) -> tuple[Any, Any]:
+    one = ChatPromptTemplate.from_messages([("human", "Answer briefly: {question}")]) | chat(url, TOKENS) \
+        | StrOutputParser()
+    return one.map(), [{"question": QUESTION}, {"question": "What does itertools.chain do?"}]
+
+
+def _ensemble(url: str, vs: Any) -> tuple[Any, Any]:
+    from langchain_classic.retrievers import EnsembleRetriever
+
+    ensemble = EnsembleRetriever(retrievers=[vs.as_retriever(search_kwargs={"k": 2}),
+                                             vs.as_retriever(search_kwargs={"k": 3})], weights=[0.6, 0.4])
+    return _rag_over(url, ensemble), QUESTION
+
+
+def _history_aware(url: str, vs: Any) -> tuple[Any, Any]:
+    from langchain_classic.chains import create_history_aware_retriever, create_retrieval_chain
+    from langchain_classic.chains.combine_documents import create_stuff_documents_chain
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    rephrase = ChatPromptTemplate.from_messages([MessagesPlaceholder("chat_history"), ("human", "{input}"),
+                                                 ("human", "Rewrite the question above as a standalone search query.")])
+    qa = ChatPromptTemplate.from_messages([("system", "Answer using this context:\n\n{context}"),
+                                           MessagesPlaceholder("chat_history"), ("human", "{input}")])
+    retriever = create_history_aware_retriever(chat(url, TOKENS), vs.as_retriever(search_kwargs={"k": 2}), rephrase)
+    chain = create_retrieval_chain(retriever, create_stuff_documents_chain(chat(url, TOKENS), qa))
+    history = [HumanMessage(QUESTION), AIMessage("Call json.dumps on the object.")]
+    return chain, {"input": "And how do I read it back?", "chat_history": history}
+
+
+def _chain_filter(url: str, vs: Any) -> tuple[Any, Any]:
+    from langchain_classic.retrievers import ContextualCompressionRetriever
+    from langchain_classic.retrievers.document_compressors import LLMChainFilter
+
+    retriever = ContextualCompressionRetriever(base_compressor=LLMChainFilter.from_llm(chat(url, 8)),
+                                               base_retriever=vs.as_retriever(search_kwargs={"k": 3}))
+    return _rag_over(url, retriever), QUESTION
+
+
+def _fallbacks(url: str, vs: Any) -> tuple[Any, Any]:
+    model = chat(url, TOKENS).with_fallbacks([chat(url, TOKENS // 2)])
+    return _rag_over(url, vs.as_retriever(search_kwargs={"k": 2}), model), QUESTION
+
+
+def _completion(url: str, vs: Any) -> tuple[Any, Any]:
+    from langchain_core.prompts import PromptTemplate
+    from langchain_openai import OpenAI
+
+    from tests.ayo_langchain.lc_helpers import MODEL
+
+    model = OpenAI(model=MODEL, base_url=url, api_key="none", temperature=0, max_tokens=TOKENS)
+    prompt = PromptTemplate.from_template("Context: {context}\nQuestion: {question}\nAnswer:")
+    return _rag_over(url, vs.as_retriever(search_kwargs={"k": 2}), model, prompt), QUESTION
+
+
+# the other shapes the adapter lowers (docs/modules.md): opt-in (make test-long), CI's time
+MORE_PATTERNS: dict[str, Build] = {"branch": _branch, "map": _map, "ensemble": _ensemble,
+                                   "history_aware_retriever": _history_aware, "chain_filter": _chain_filter,
+                                   "fallbacks": _fallbacks, "completion_model": _completion}
+MIN_RUNS = {"langgraph": 3, "create_agent": 3}  # the runs stock's events have at least (8 by default)
 GRAPHS = {"langgraph", "create_agent"}
 PATTERNS_OBSERVED: dict[str, Build] = {
     **{name: _retrieval(name) for name in PATTERNS},  # rag, multi_query, compression, retrieval_chain
@@ -89,7 +167,9 @@ PATTERNS_OBSERVED: dict[str, Build] = {
     "two_drafts": _offline_shape(shapes.two_drafts),
     "langgraph": _langgraph,
     "create_agent": _agent,  # the session's server speaks tool calls (``tools_llm_url``)
+    **MORE_PATTERNS,
 }
+ALL = [pytest.param(p, marks=pytest.mark.long) if p in MORE_PATTERNS else p for p in sorted(PATTERNS_OBSERVED)]
 
 
 def _pair(pattern: str, url: str, vs: Any) -> tuple[Any, Any, Any]:
@@ -103,7 +183,7 @@ LONG = pytest.mark.long  # opt-in (``make test-long``): CI's time; the offline s
 
 
 @pytest.mark.parametrize("how", [pytest.param("invoke", marks=LONG), pytest.param("ainvoke", marks=LONG), "stream"])
-@pytest.mark.parametrize("pattern", sorted(PATTERNS_OBSERVED))
+@pytest.mark.parametrize("pattern", ALL)
 def test_tracer_run_tree_is_stocks(pattern: str, how: str, llm_url: str, vectorstore: Any) -> None:
     """Every callback hook as a tracer sees it: the same runs under the same parents, field by field."""
     stock, fast, x = _pair(pattern, llm_url, vectorstore)
@@ -137,9 +217,9 @@ def _first_difference(got: list[tuple], want: list[tuple]) -> str:
     return f"{len(got)} runs against stock's {len(want)}"
 
 
-@pytest.mark.parametrize("pattern", sorted(PATTERNS_OBSERVED))
+@pytest.mark.parametrize("pattern", ALL)
 def test_astream_events_v2_are_stocks(pattern: str, llm_url: str, vectorstore: Any) -> None:
-    assert_same_runs(_as_server_build(pattern, vectorstore), llm_url, "v2", min_runs=3 if pattern in GRAPHS else 8)
+    assert_same_runs(_as_server_build(pattern, vectorstore), llm_url, "v2", min_runs=MIN_RUNS.get(pattern, 8))
 
 
 @LONG
@@ -149,7 +229,7 @@ def test_astream_events_v1_are_stocks(pattern: str, llm_url: str, vectorstore: A
 
 
 @LONG
-@pytest.mark.parametrize("pattern", sorted(PATTERNS_OBSERVED))
+@pytest.mark.parametrize("pattern", ALL)
 def test_astream_log_is_stocks(pattern: str, llm_url: str, vectorstore: Any) -> None:
     stock, fast, x = _pair(pattern, llm_url, vectorstore)
     want_logs, want_out = asyncio.run(_log_state(stock, x))

@@ -6,7 +6,11 @@ every ``CallbackManager`` event with its parent and its start and end payloads a
 the final response with its source nodes and metadata keys), under ``query()`` and ``aquery()``; for
 chat engines under ``chat``, ``achat`` and ``stream_chat``; a streamed response token by token; the composed
 engines (SubQuestion, a Router with a single and a multi selector) over three query-engine tools. The
-``aquery()`` and ``achat`` runs are marked ``long`` (``make test-long``): CI's time.
+``aquery()`` and ``achat`` runs are marked ``long`` (``make test-long``): CI's time. Also opt-in: HyDE and
+the citation engine (``query()`` and ``aquery()``), a Workflow whose step awaits a query engine and a
+model, and the other modules the adapter lowers (``MultiStepQueryEngine``, ``RetryQueryEngine``,
+``RetrySourceQueryEngine``, a ``CustomQueryEngine``, ``ToolRetrieverRouterQueryEngine``, a local
+postprocessor, ``AutoMergingRetriever``, ``RecursiveRetriever`` linking query engines).
 
 The offline suites (``test_spans.py``, ``test_chat_spans.py``, the conformance suite's payload check)
 check these APIs against a fake server; here the answers are the real model's, so refine's and
@@ -152,3 +156,107 @@ def test_composed_engine_observed_as_stock(observed_tools: Any, llm_url: str, co
 
     assert_observed_as_stock(build, lambda engine: str(engine.query(COMPOSED_QUESTIONS[0])),
                              random_node_ids=composed == "sub_question")
+
+
+def _hyde(index: Any, url: str) -> Any:
+    from llama_index.core.indices.query.query_transform import HyDEQueryTransform
+    from llama_index.core.query_engine import TransformQueryEngine
+
+    return TransformQueryEngine(index.as_query_engine(llm=real_llm(url), similarity_top_k=2),
+                                HyDEQueryTransform(llm=real_llm(url)))
+
+
+def _citation(index: Any, url: str) -> Any:
+    from llama_index.core.query_engine import CitationQueryEngine
+
+    return CitationQueryEngine.from_args(index, llm=real_llm(url), similarity_top_k=2, citation_chunk_size=64)
+
+
+@pytest.mark.long  # CI's time (make test-long); the offline suites compare their spans (test_composed_spans.py)
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("kind", ["hyde", "citation"])
+def test_transform_and_citation_engines_observed_as_stock(observed_index: Any, llm_url: str, kind: str,
+                                                          use_async: bool) -> None:
+    """HyDE (its decode in the transform's ``_run`` span, then the inner engine's own spans) and the
+    citation engine (its citation chunks in the payloads) on the model's real answers."""
+    build = {"hyde": _hyde, "citation": _citation}[kind]
+
+    def run(engine: Any) -> str:
+        return str(asyncio.run(engine.aquery(QUESTIONS[0])) if use_async else engine.query(QUESTIONS[0]))
+
+    assert_observed_as_stock(lambda: build(observed_index, llm_url), run)
+
+
+@pytest.mark.long  # CI's time (make test-long); test_workflows.py compares its event stream on the real server
+def test_workflow_observed_as_stock(observed_index: Any, llm_url: str) -> None:
+    """A Workflow whose step awaits a query engine and then its model on the real answer: the run and
+    step spans hold the engine's and the model's, the engine's callback events nest as stock's."""
+    from tests.ayo_llamaindex.test_composed_spans import AskThenRewrite
+
+    class RealAskThenRewrite(AskThenRewrite):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(observed_index, llm_url, **kw)
+            self.engine = observed_index.as_query_engine(llm=real_llm(llm_url), similarity_top_k=2)
+            self.llm = real_llm(llm_url)
+
+    def run(workflow: Any) -> str:
+        async def go() -> Any:
+            return await workflow.run(question=QUESTIONS[0])
+
+        return str(asyncio.run(go()))
+
+    assert_observed_as_stock(lambda: RealAskThenRewrite(timeout=120), run)
+
+
+def _auto_merging(url: str, embed_model: Any) -> Any:
+    from llama_index.core import StorageContext
+    from llama_index.core.node_parser import HierarchicalNodeParser, get_leaf_nodes
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from llama_index.core.retrievers import AutoMergingRetriever
+
+    nodes = HierarchicalNodeParser.from_defaults(chunk_sizes=[160, 40], chunk_overlap=0).get_nodes_from_documents(
+        [Document(text=" ".join(TEXTS * 3), id_="all")])
+    storage = StorageContext.from_defaults()
+    storage.docstore.add_documents(nodes)
+    index = VectorStoreIndex(get_leaf_nodes(nodes), storage_context=storage, embed_model=embed_model)
+    retriever = AutoMergingRetriever(index.as_retriever(similarity_top_k=8), storage, simple_ratio_thresh=0.3)
+    return RetrieverQueryEngine.from_args(retriever, llm=real_llm(url))
+
+
+def _zoo() -> dict[str, Callable[[Any, str, Any], Any]]:
+    """The other modules the adapter lowers, built as ``test_li_module_zoo_llm.py`` builds them (64-token answers)."""
+    from llama_index.core.evaluation import RelevancyEvaluator
+    from llama_index.core.postprocessor import LongContextReorder
+    from llama_index.core.query_engine import RetryQueryEngine, RetrySourceQueryEngine
+
+    from tests.ayo_llamaindex import test_li_module_zoo_llm as zoo
+
+    return {
+        "multistep": lambda index, url, emb: zoo.multistep(index, url),
+        "retry": lambda index, url, emb: RetryQueryEngine(zoo.rag(index, url), RelevancyEvaluator(llm=real_llm(url)),
+                                                          max_retries=1),
+        "retry_source": lambda index, url, emb: RetrySourceQueryEngine(
+            zoo.rag(index, url), RelevancyEvaluator(llm=real_llm(url)), llm=real_llm(url), max_retries=1),
+        "custom": lambda index, url, emb: zoo.Answering(engine=zoo.rag(index, url)),
+        "tool_router": zoo.tool_router,
+        "long_context_reorder": lambda index, url, emb: zoo.rag(index, url, top_k=4,
+                                                                node_postprocessors=[LongContextReorder()]),
+        "auto_merging": lambda index, url, emb: _auto_merging(url, emb),
+        "recursive": lambda index, url, emb: zoo.recursive(url, emb),
+    }
+
+
+ZOO = ["multistep", "retry", "retry_source", "custom", "tool_router", "long_context_reorder", "auto_merging",
+       "recursive"]
+
+
+@pytest.mark.long  # CI's time: each is answered at 64 tokens, several calls a side (make test-long)
+@pytest.mark.parametrize("kind", ZOO)
+def test_module_zoo_observed_as_stock(observed_index: Any, llm_url: str, embed_model: Any, kind: str) -> None:
+    """Wrapping engines (their loop the user's code), a custom engine, the tool router, a local
+    postprocessor and the retrievers that follow links or merge: spans, callback events and payloads as
+    stock's on the model's real answers (node ids a build or a retry makes anew masked, random in stock too)."""
+    build = _zoo()[kind]
+    assert_observed_as_stock(lambda: build(observed_index, llm_url, embed_model),
+                             lambda engine: str(engine.query(QUESTIONS[0])),
+                             random_node_ids=kind in ("multistep", "retry_source", "recursive", "auto_merging"))
