@@ -407,10 +407,15 @@ class Lowerer(GraphBuilder):
         transforms = [(p.runnable, leaf_config(p_cfg, p.wrappers, p.runnable)) for p, p_cfg in then]
         streamed_chunks: list[Any] = []  # what the node's last step streamed: its composite streams them too
 
+        sync_code = self.run.sync and is_completion_model(m)  # its _generate, as stock's invoke (SyncClientShim)
+
         async def decode(ctx: Any, prompt: Any) -> Any:
-            with openai_client.route(openai_client.Route(ctx.llm, on_delta=ctx.stream_cb)):
+            route = openai_client.Route(ctx.llm, on_delta=ctx.stream_cb, loop=asyncio.get_running_loop())
+            with openai_client.route(route):
                 if not (streaming or streamed):
                     try:
+                        if sync_code:
+                            return await asyncio.to_thread(routed.invoke, prompt, run_cfg)
                         return await routed.ainvoke(prompt, run_cfg)
                     finally:
                         if finished is not None:
@@ -499,6 +504,13 @@ def is_language_model(m: cap.Module) -> bool:
     from langchain_core.language_models import BaseLanguageModel
 
     return isinstance(_unbound(m), BaseLanguageModel)
+
+
+def is_completion_model(m: cap.Module) -> bool:
+    """``m`` is a text-completion model (``OpenAI``), whose sync and async code differ in what they report."""
+    from langchain_openai import OpenAI
+
+    return isinstance(_unbound(m), OpenAI)
 
 
 def _unbound(m: cap.Module) -> Any:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
-from langchain_core.runnables.base import RunnableBindingBase, coerce_to_runnable
+from langchain_core.runnables.base import RunnableBindingBase, RunnableEachBase, coerce_to_runnable
 from langchain_core.runnables.config import (
     ensure_config,
     get_config_list,
@@ -60,15 +60,27 @@ LLM_INFLIGHT = 128  # Options.llm_inflight's default here: LLM requests Ayo keep
 bridge.use_executor(python_runtime.daemon_pool)
 
 
+def _events_unsupported(runnable: Any) -> bool:
+    """``runnable`` (inside its bindings) is a ``RunnableEach``, whose ``astream_events`` stock refuses."""
+    while isinstance(runnable, RunnableBindingBase):
+        runnable = runnable.bound
+    return isinstance(runnable, RunnableEachBase)
+
+
 def routed_copy(model: Any) -> Any:
-    """A copy of a ``ChatOpenAI`` / ``OpenAI`` whose async client sends its requests to the LLM engine
-    of the current :class:`ayo_shims.openai_client.Route` (the one the model's graph node sets)."""
+    """A copy of a ``ChatOpenAI`` / ``OpenAI`` whose async client (an ``OpenAI``'s sync client too) sends
+    its requests to the LLM engine of the current :class:`ayo_shims.openai_client.Route` (the one the
+    model's graph node sets)."""
     from langchain_openai import OpenAI
 
     from ayo_core.engines.llm_client import LLMEngineError
 
-    shim = openai_client.CompletionsShim if isinstance(model, OpenAI) else openai_client.ChatCompletionsShim
-    return shims.with_async_client(model, lambda client: shim(client, engine_errors=(LLMEngineError,)))
+    if isinstance(model, OpenAI):  # its sync code too (stock's invoke runs _generate: see SyncClientShim)
+        return shims.with_async_client(
+            model, lambda client: openai_client.CompletionsShim(client, engine_errors=(LLMEngineError,)),
+            openai_client.SyncClientShim)
+    return shims.with_async_client(
+        model, lambda client: openai_client.ChatCompletionsShim(client, engine_errors=(LLMEngineError,)))
 
 
 def rebind(runnable: Any, leaf: Any, copy: Any) -> Any:
@@ -317,6 +329,10 @@ class OptimizedRunnable(Runnable):
     async def astream_events(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
                              ) -> AsyncIterator[Any]:
         twin = None if self.as_is() else self._stream_twin()
+        if _events_unsupported(self.wrapped):  # stock's error, as stock raises it (RunnableEach's)
+            async for event in self.wrapped.astream_events(input, config, **kwargs):
+                yield event
+            return
         if twin is None:
             async for event in super().astream_events(input, config, **kwargs):
                 yield event

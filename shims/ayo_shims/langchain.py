@@ -292,9 +292,21 @@ LLM_ASYNC_CLIENT = declare(
     why=_ASYNC_CLIENT_WHY, check=_has_fields(_LLM, "BaseOpenAI", "async_client"))
 
 
-def with_async_client(model: Any, wrap: Callable[[Any], Any]) -> Any:
-    """A copy of ``model`` (``ChatOpenAI`` / ``OpenAI``) whose ``async_client`` is ``wrap(its client)``."""
-    return model.model_copy(update={"async_client": wrap(model.async_client)})
+LLM_SYNC_CLIENT = declare(
+    f"{_LLM}.BaseOpenAI.client", framework=LANGCHAIN_OPENAI, checked=OPENAI_CHECKED,
+    why=("a copy of the user's text-completion model gets Ayo's sync client shim as client: under a sync call "
+         "its _generate sends client.create(**payload) from a worker thread and reads the answer as from the SDK"),
+    check=_has_fields(_LLM, "BaseOpenAI", "client"))
+
+
+def with_async_client(model: Any, wrap: Callable[[Any], Any], wrap_sync: Callable[[Any, Any], Any] | None = None) -> Any:
+    """A copy of ``model`` (``ChatOpenAI`` / ``OpenAI``) whose ``async_client`` is ``wrap(its client)``;
+    with ``wrap_sync``, its ``client`` is ``wrap_sync(its client, the new async client)``."""
+    async_client = wrap(model.async_client)
+    update = {"async_client": async_client}
+    if wrap_sync is not None:
+        update["client"] = wrap_sync(model.client, async_client)
+    return model.model_copy(update=update)
 
 
 # the OpenAIEmbeddings touchpoint (remote embedding servers): declared with this adapter's

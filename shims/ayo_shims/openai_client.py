@@ -72,6 +72,7 @@ class Route:
     priority: int | None = None  # None: the engine scheduler's policy decides
     on_delta: Callable[[str], None] | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    loop: asyncio.AbstractEventLoop | None = None  # the engine's loop: a sync client's request is answered there
 
 
 _ROUTE: contextvars.ContextVar[Route | None] = contextvars.ContextVar("ayo_openai_client_route", default=None)
@@ -463,6 +464,26 @@ def _message(result: Any) -> dict[str, Any]:
     if not calls:
         return {"role": "assistant", "content": result.text}
     return {"role": "assistant", "content": result.text or None, "tool_calls": calls}
+
+
+class SyncClientShim:
+    """Stands in for the sync client (``OpenAI().completions``) on a copy of a model whose async client is
+    ``async_shim``: a request made under a :class:`Route` with a loop (a worker thread of a sync call, the
+    route copied into it) is answered by ``async_shim`` on that loop, so the model's sync code runs as in
+    stock's ``invoke`` (``BaseOpenAI._generate`` reads what its ``_agenerate`` does not: the
+    ``system_fingerprint``, an ``error`` body). Anything else goes to the SDK's own client."""
+
+    def __init__(self, original: Any, async_shim: _ShimBase) -> None:
+        self._original, self._async = original, async_shim
+
+    def create(self, **payload: Any) -> Any:
+        r = current_route()
+        if r is None or r.loop is None or payload.get("stream"):
+            return self._original.create(**payload)
+        return asyncio.run_coroutine_threadsafe(self._async.create(**payload), r.loop).result()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
 
 
 class ChatCompletionsShim(_ShimBase):

@@ -257,6 +257,21 @@ def test_composite_runs_cost_no_node_when_nothing_listens(fake_server: FakeOpenA
     assert len([n for n in observed if n.endswith("passthrough")]) == 1
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_maps_astream_events_raises_stocks_error(version: str, fake_server: FakeOpenAIServer) -> None:
+    """Stock's ``RunnableEach`` (``.map()``) refuses ``astream_events``; Ayo's stand-in refused nothing (found
+    by the real-server matrix): it raises stock's error now, bindings around it too."""
+    async def drain(chain: Any) -> None:
+        async for _ in chain.astream_events([{"question": "q"}], version=version):
+            pass
+
+    one = ChatPromptTemplate.from_messages([("human", "{question}")]) | chat_model(fake_server) | StrOutputParser()
+    for chain in (one.map(), one.map().with_config(run_name="each")):
+        for runnable in (chain, ayo_langchain.optimize(chain)):
+            with pytest.raises(NotImplementedError, match="RunnableEach does not support astream_events yet"):
+                asyncio.run(drain(runnable))
+
+
 def test_a_failure_ends_the_composites_runs_innermost_first_as_stock(fake_server: FakeOpenAIServer) -> None:
     from langchain_core.callbacks import BaseCallbackHandler
 

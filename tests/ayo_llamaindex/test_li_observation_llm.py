@@ -259,4 +259,4 @@ def test_module_zoo_observed_as_stock(observed_index: Any, llm_url: str, embed_m
     build = _zoo()[kind]
     assert_observed_as_stock(lambda: build(observed_index, llm_url, embed_model),
                              lambda engine: str(engine.query(QUESTIONS[0])),
-                             random_node_ids=kind in ("multistep", "retry_source", "recursive", "auto_merging"))
+                             random_node_ids=kind in ("multistep", "retry", "retry_source", "recursive", "auto_merging"))
