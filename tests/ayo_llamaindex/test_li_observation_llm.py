@@ -172,9 +172,15 @@ def _citation(index: Any, url: str) -> Any:
     return CitationQueryEngine.from_args(index, llm=real_llm(url), similarity_top_k=2, citation_chunk_size=64)
 
 
+CITATION_EVENTS = ("the citation engine's own RETRIEVE event is opened in one node and ended in another: the "
+                   "retriever's events and the citation cut's CHUNKING events, run in other nodes, sit beside it "
+                   "under the query instead of inside it (docs/observability.md)")
+
+
 @pytest.mark.long  # CI's time (make test-long); the offline suites compare their spans (test_composed_spans.py)
 @pytest.mark.parametrize("use_async", [False, True])
-@pytest.mark.parametrize("kind", ["hyde", "citation"])
+@pytest.mark.parametrize("kind", ["hyde", pytest.param("citation", marks=pytest.mark.xfail(strict=True,
+                                                                                        reason=CITATION_EVENTS))])
 def test_transform_and_citation_engines_observed_as_stock(observed_index: Any, llm_url: str, kind: str,
                                                           use_async: bool) -> None:
     """HyDE (its decode in the transform's ``_run`` span, then the inner engine's own spans) and the
