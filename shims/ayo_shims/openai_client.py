@@ -466,6 +466,13 @@ def _message(result: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": result.text or None, "tool_calls": calls}
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class SyncClientShim:
     """Stands in for the sync client (``OpenAI().completions``) on a copy of a model whose async client is
     ``async_shim``: a request made under a :class:`Route` with a loop (a worker thread of a sync call, the
@@ -478,7 +485,8 @@ class SyncClientShim:
 
     def create(self, **payload: Any) -> Any:
         r = current_route()
-        if r is None or r.loop is None or payload.get("stream"):
+        if r is None or r.loop is None or payload.get("stream") or _running_loop() is r.loop:
+            # on the engine's loop itself a wait for the loop would never end: the SDK's own client
             return self._original.create(**payload)
         return asyncio.run_coroutine_threadsafe(self._async.create(**payload), r.loop).result()
 
