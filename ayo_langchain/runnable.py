@@ -75,12 +75,11 @@ def routed_copy(model: Any) -> Any:
 
     from ayo_core.engines.llm_client import LLMEngineError
 
-    if isinstance(model, OpenAI):  # its sync code too (stock's invoke runs _generate: see SyncClientShim)
-        return shims.with_async_client(
-            model, lambda client: openai_client.CompletionsShim(client, engine_errors=(LLMEngineError,)),
-            openai_client.SyncClientShim)
-    return shims.with_async_client(
-        model, lambda client: openai_client.ChatCompletionsShim(client, engine_errors=(LLMEngineError,)))
+    completion = isinstance(model, OpenAI)
+    shim = openai_client.CompletionsShim if completion else openai_client.ChatCompletionsShim
+    # a completion model's sync code too: stock's invoke runs its _generate (see SyncClientShim)
+    sync_shim = openai_client.SyncClientShim if completion else None
+    return shims.with_async_client(model, lambda client: shim(client, engine_errors=(LLMEngineError,)), sync_shim)
 
 
 def rebind(runnable: Any, leaf: Any, copy: Any) -> Any:
