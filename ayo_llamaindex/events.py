@@ -369,16 +369,27 @@ class _OpenUntilEnded:
 
 class EngineRetrieval(_SplitEvents, _OpenUntilEnded):
     """A query engine's own ``RETRIEVE`` callback event (``CitationQueryEngine._query`` opens one around
-    retrieval, postprocessing and its citation cut), ended with the nodes it hands to synthesis."""
+    retrieval, postprocessing and its citation cut), ended with the nodes it hands to synthesis;
+    ``on_end`` runs once it ends or fails."""
 
-    def __init__(self, engine: Any, query: Any) -> None:
+    def __init__(self, engine: Any, query: Any, on_end: Callable[[], Any] | None = None) -> None:
         self.event = _Event(engine.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
+        self.on_end = on_end
         self.register()
 
     def end(self, nodes: list[Any]) -> list[Any]:
         self.unregister()
+        self._ended()
         self.event.end({EventPayload.NODES: nodes})
         return nodes
+
+    def fail(self, exc: BaseException) -> None:
+        self._ended()
+        super().fail(exc)
+
+    def _ended(self) -> None:
+        if self.on_end is not None:
+            self.on_end()
 
 
 class RouterRetrieval(Retrieval):

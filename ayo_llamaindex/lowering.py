@@ -53,6 +53,7 @@ from ayo_core.templates import (
     ToolCall,
     Transform,
 )
+from ayo_core.templates.base import run_within
 from ayo_core.templates.speculation import SpeculationBoard, attach_speculation
 from ayo_llamaindex import (
     cross_encoder,
@@ -96,41 +97,51 @@ def build_query_graph(plan: QueryEnginePlan, assign: EngineAssignment, extra_aft
         g.output(Opaque(run_engine, "query_engine", takes_ctx=True, resources=None, cost=1.0, reason=plan.reason)
                  .build(g, "query_engine", {"query": query_input}, after=extra_after))
         return g
-    citing = plan.kind == "citation_query_engine"
-    if citing:  # the engine's own RETRIEVE event spans retrieval, postprocessing and the citation cut
-        extra_after = extra_after | {_open_citation_event(g, plan, query_input, extra_after)}
+    if plan.kind == "citation_query_engine":
+        g.output(_lower_citation_engine(g, plan, assign, query_input, extra_after))
+        return g
     nodes = lower_retriever(g, plan.retriever, assign, query_input, extra_after)
-    board = None if citing else speculation_board(plan, assign)
-    for i, pp in enumerate(plan.postprocessors):
-        last = i == len(plan.postprocessors) - 1
-        nodes = lower_postprocessor(g, pp, assign, f"post{i}", query_input, nodes, board if last else None)
+    board = speculation_board(plan, assign)
+    nodes = _lower_postprocessors(g, plan, assign, query_input, nodes, board)
     if board is not None:
         attach_speculation(g, board, producer=nodes)
-    if citing:
-        nodes = _lower_citations(g, plan, nodes)
-    out = lower_synthesizer(g, plan.synthesizer, assign, query_input, nodes, board)
-    g.output(out)
+    g.output(lower_synthesizer(g, plan.synthesizer, assign, query_input, nodes, board))
     return g
 
 
-def _open_citation_event(g: Graph, plan: QueryEnginePlan, query: str, after: frozenset[str]) -> str:
-    engine = plan.obj
+def _lower_postprocessors(g: Graph, plan: QueryEnginePlan, assign: EngineAssignment, query: str, nodes: str,
+                          board: SpeculationBoard | None = None) -> str:
+    for i, pp in enumerate(plan.postprocessors):
+        last = i == len(plan.postprocessors) - 1
+        nodes = lower_postprocessor(g, pp, assign, f"post{i}", query, nodes, board if last else None)
+    return nodes
 
-    def open_event(query: QueryBundle) -> events.EngineRetrieval:
-        return events.EngineRetrieval(engine, query)
 
-    return Transform(open_event, "citations").build(g, "citations.open", {"query": query}, after=after)
+def _lower_citation_engine(g: Graph, plan: QueryEnginePlan, assign: EngineAssignment, query: str,
+                           after: frozenset[str]) -> str:
+    """``CitationQueryEngine._query``: its own ``RETRIEVE`` event opened around retrieval, postprocessing and
+    the cut of the nodes into numbered sources, then synthesis. The opening node hands the query on, so every
+    node of the retrieval waits for it (dependency pruning keeps data edges), and runs inside the event."""
+    engine, opened = plan.obj, {}  # per query: the engine's open event
 
+    def open_event(ctx: Any, query: QueryBundle) -> QueryBundle:
+        opened[ctx.query_id] = events.EngineRetrieval(engine, query, on_end=lambda: opened.pop(ctx.query_id, None))
+        return query
 
-def _lower_citations(g: Graph, plan: QueryEnginePlan, nodes: str) -> str:
-    """``CitationQueryEngine._query``'s cut of the retrieved nodes into numbered sources, which ends its event."""
-    engine = plan.obj
-
-    def cite(nodes: list, event: events.EngineRetrieval) -> list:
+    def cite(ctx: Any, nodes: list) -> list:
+        event = opened[ctx.query_id]
         with event.failing():
             return event.end(shim.citation_nodes(engine, nodes))
 
-    return Transform(cite, "citations").build(g, "citations", {"nodes": nodes, "event": "citations.open"})
+    first = set(g.nodes)
+    opened_query = Transform(open_event, "citations", takes_ctx=True).build(g, "citations.open", {"query": query},
+                                                                           after=after)
+    nodes = lower_retriever(g, plan.retriever, assign, opened_query, frozenset())
+    nodes = _lower_postprocessors(g, plan, assign, opened_query, nodes)
+    nodes = Transform(cite, "citations", takes_ctx=True).build(g, "citations", {"nodes": nodes})
+    run_within(g, [n for n in g.nodes if n not in first and n != "citations.open"],
+               lambda ctx: opened[ctx.query_id].event.as_parent())
+    return lower_synthesizer(g, plan.synthesizer, assign, query, nodes, None)
 
 
 def speculation_board(plan: QueryEnginePlan, assign: EngineAssignment) -> SpeculationBoard | None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ayo_core.graph import Graph, Node
+from ayo_core.runtime.execute import is_async_callable
 
 Rendered = str | list[dict[str, Any]]  # a prompt string or chat messages
 
@@ -113,3 +115,27 @@ def plain_fn(fn: Callable[..., Any], takes_ctx: bool = False) -> Callable[..., A
     def node(ctx: Any, /, **inputs: Any) -> Any:
         return fn(**inputs)
     return node
+
+
+def run_within(g: Graph, names: Iterable[str], scope: Callable[[Any], AbstractContextManager[Any]]) -> None:
+    """Run the fns of nodes ``names`` inside ``scope(ctx)``: a framework context that stock code opens around
+    several modules (a query engine's event holding its retriever's events) when lowering splits them into
+    nodes, which do not inherit one another's context. A sync fn enters it in its own thread."""
+    for name in names:
+        node = g.nodes[name]
+        if node.fn is not None:
+            g.replace(node.replace(fn=_scoped(node.fn, scope)))
+
+
+def _scoped(fn: Callable[..., Any], scope: Callable[[Any], AbstractContextManager[Any]]) -> Callable[..., Any]:
+    if is_async_callable(fn):
+        async def async_scoped(ctx: Any, /, **inputs: Any) -> Any:
+            with scope(ctx):
+                return await fn(ctx, **inputs)
+        return async_scoped
+
+    def scoped(ctx: Any, /, **inputs: Any) -> Any:
+        with scope(ctx):
+            result = fn(ctx, **inputs)
+        return result
+    return scoped

@@ -11,7 +11,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.query.query_transform import HyDEQueryTransform
+from llama_index.core.indices.vector_store import VectorIndexRetriever
+from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.query_engine import (
     CitationQueryEngine,
     RouterQueryEngine,
@@ -24,6 +27,8 @@ from llama_index.core.tools import QueryEngineTool
 from llama_index.core.workflow import Event, StartEvent, StopEvent, Workflow, step
 
 import ayo_llamaindex
+from tests.adapters.li_case import EventRecorder
+from tests.ayo_langchain.test_event_stream import _UUID
 from tests.ayo_llamaindex.li_helpers import QUESTIONS
 from tests.ayo_llamaindex.test_events_retries_lifecycle import make_llm
 from tests.ayo_llamaindex.test_spans import server, span_tree, traced  # noqa: F401 - fixtures
@@ -103,3 +108,28 @@ def test_workflow_span_tree_is_stocks(server: Any, traced: Any) -> None:  # noqa
     want = span_tree(run(AskThenRewrite(traced, server.url, timeout=60)))
     assert any(path.startswith("AskThenRewrite.run/AskThenRewrite.answer/RetrieverQueryEngine.aquery") for path in want)
     assert span_tree(run(ayo_llamaindex.optimize(AskThenRewrite(traced, server.url, timeout=60)))) == want
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_citation_callback_events_nest_as_stocks(server: Any, traced: Any, use_async: bool) -> None:  # noqa: F811
+    """The citation engine's own ``RETRIEVE`` event holds the retriever's events (and their query
+    embedding's) and the citation cut's ``CHUNKING`` events, as stock's ``_query`` opens it around them,
+    though Ayo runs them in other graph nodes."""
+    recorder = EventRecorder()
+
+    def observed(engine: Any) -> tuple[list[Any], list[tuple]]:
+        recorder.reset()
+        asyncio.run(engine.aquery(QUESTIONS[0])) if use_async else engine.query(QUESTIONS[0])
+        # citation nodes get new ids per query (stock's own uuid4s)
+        return recorder.paths(), sorted(_UUID.sub("<id>", repr(p)) for p in recorder.payloads)
+
+    def build() -> Any:
+        callbacks = CallbackManager([recorder])
+        retriever = VectorIndexRetriever(traced, similarity_top_k=2, callback_manager=callbacks)
+        splitter = SentenceSplitter(chunk_size=64, chunk_overlap=20, callback_manager=callbacks)
+        return CitationQueryEngine(retriever, llm=make_llm(server.url), text_splitter=splitter,
+                                   callback_manager=callbacks)
+
+    want = observed(build())
+    assert {("query", "retrieve", "retrieve"), ("query", "retrieve", "chunking")} <= set(want[0]), want[0]
+    assert observed(ayo_llamaindex.optimize(build())) == want
