@@ -457,6 +457,26 @@ def _usage(result: Any) -> dict[str, Any]:
     return usage
 
 
+# vLLM writes a stream's usage event without its null fields (``vllm/entrypoints/openai/chat_completion/
+# serving.py``: ``final_usage_chunk.model_dump_json(exclude_unset=True, exclude_none=True)``) and a
+# non-streamed body with them (``UsageInfo``, ``PromptTokenUsageInfo`` in ``vllm/entrypoints/serve/engine/
+# protocol.py``: ``multimodal_tokens`` is null for a text prompt)
+_VLLM_USAGE_FIELDS = ("prompt_tokens_details", "completion_tokens_details")
+_VLLM_PROMPT_DETAILS_FIELDS = ("cached_tokens", "created_cache_tokens", "multimodal_tokens")
+
+
+def _full_body_usage(result: Any) -> dict[str, Any]:
+    """The usage a non-streamed answer would carry, for an answer the engine streamed (to a listener):
+    the stream's usage, with the null fields a vLLM server leaves out of a stream only."""
+    usage = _usage(result)
+    if not str(_server_extras(result).get("system_fingerprint", "")).startswith("vllm"):
+        return usage
+    usage = {**dict.fromkeys(_VLLM_USAGE_FIELDS), **usage}
+    if isinstance(usage["prompt_tokens_details"], dict):
+        usage["prompt_tokens_details"] = {**dict.fromkeys(_VLLM_PROMPT_DETAILS_FIELDS), **usage["prompt_tokens_details"]}
+    return usage
+
+
 def _message(result: Any) -> dict[str, Any]:
     """The assistant message of an answer the engine did not return whole (OpenAI's shape: no text
     beside tool calls is ``content: None``)."""
@@ -529,7 +549,7 @@ class ChatCompletionsShim(_ShimBase):
                 "message": _message(result),
                 "finish_reason": result.finish_reason or "stop",
             }],
-            "usage": _usage(result),
+            "usage": _full_body_usage(result),
         })
 
     def _chunk(self, rid: str, created: int, payload: dict, text: str, finish: str | None, first: bool = False) -> dict:
@@ -573,6 +593,8 @@ class CompletionsShim(_ShimBase):
             for k, v in _usage(res).items():
                 if k in usage:
                     usage[k] += v
+        if len(results) == 1:
+            usage = _full_body_usage(results[0])
         return _parsed("Completion", {
             **_response_fields(results[0] if len(results) == 1 else None),
             "object": "text_completion",

@@ -172,14 +172,11 @@ def _canonical(value: Any) -> Any:
 # into it, than its first)
 _SERVER_IDS = re.compile(r"(chatcmpl-(?:tool-)?)[0-9a-f]+")
 _CACHED = re.compile(r"('cached_tokens': |'cache_read': |'created_cache_tokens': )\d+")
-# vLLM's usage in a non-streamed body has a null ``multimodal_tokens``, its stream's usage event has none;
-# a call Ayo streams for a listener where stock's is not streamed carries the stream's (docs/observability.md)
-_NULL_MULTIMODAL = re.compile(r", 'multimodal_tokens': None")
 
 
 def _plain(value: Any) -> str:
     text = _UUID.sub("<uuid>", _IDS.sub(r"\1<id>", repr(_canonical(value))))  # ids: random in stock too
-    return _NULL_MULTIMODAL.sub("", _CACHED.sub(r"\1<n>", _SERVER_IDS.sub(r"\1<id>", text)))
+    return _CACHED.sub(r"\1<n>", _SERVER_IDS.sub(r"\1<id>", text))
 
 
 async def _runs(chain: Any, x: Any, version: str = "v2") -> tuple[dict[str, list[tuple]], list[tuple]]:
