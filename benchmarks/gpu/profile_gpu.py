@@ -282,6 +282,13 @@ def fit_llm(m: dict[str, Any], measured_on: str, model: str) -> dict[str, dict[s
     # the step model bills context apart (per_context_token x every sequence's context): the batch-1 step
     # and the growth with sequences are what remains once it is taken out
     base = small.get(1, floor) - per_ctx * CONTEXTS[0]
+    refit = ""
+    if base <= 0 and 1 in common:
+        # noisy wall times (a loaded CPU dry run) put the context term above the whole batch-1 step: take it
+        # from 1 sequence alone, where it cannot exceed that step
+        per_ctx = max(0.0, big[1] - small[1]) / (CONTEXTS[-1] - CONTEXTS[0])
+        base = small[1] - per_ctx * CONTEXTS[0]
+        refit = " (1 sequence only: the median over batch sizes exceeded the batch-1 step)"
     widest = max(small) if small else 1
     per_seq = (max(0.0, (small[widest] - per_ctx * widest * CONTEXTS[0] - base) / (widest - 1)) if widest > 1 else 0.0)
     pts = lambda d: ", ".join(f"{k}: {v * 1000:.2f} ms" for k, v in d.items())  # noqa: E731
@@ -292,7 +299,7 @@ def fit_llm(m: dict[str, Any], measured_on: str, model: str) -> dict[str, dict[s
         "per_sequence": {"value": per_seq, "source": f"{how}: decode step growth from 1 to {widest} sequences, "
                                                    "less their context at per_context_token"},
         "per_context_token": {"value": per_ctx, "source": f"{how}: decode step growth from {CONTEXTS[0]} to "
-                                                          f"{CONTEXTS[-1]} tokens per sequence ({pts(big)})"},
+                                                          f"{CONTEXTS[-1]} tokens per sequence ({pts(big)}){refit}"},
         "per_prefill_token": {"value": 0.0, "source": "prefill's linear work is in token_roofline_s (as the shipped GPU profiles)"},
         "token_roofline_s": {"value": roof, "source": f"{how}: forward passes without a cache, median s per token at "
                                                       f"1024+ tokens ({pts(lin)})"},
