@@ -29,8 +29,7 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -238,71 +237,62 @@ def _lower_auto_merging(g: Graph, plan: RetrieverPlan, assign: EngineAssignment,
                         after: frozenset[str]) -> str:
     """``AutoMergingRetriever.retrieve``: its events and spans open (``retrieve`` > ``_retrieve``), its vector
     retriever lowered inside them, then its own merging. Its ``_retrieve`` calls the vector retriever's sync
-    ``retrieve()``, under ``aretrieve()`` too (it keeps the base ``_aretrieve``): so does the lowered one."""
+    ``retrieve()``, under ``aretrieve()`` too (it keeps the base ``_aretrieve``): so does the lowered one.
+    The node opening the events hands the query on, so the vector nodes wait for it (pruning keeps data
+    edges)."""
     r = plan.obj
-    opened: dict[str, events.OuterRetrieval] = {}  # per query: its events, opened by whichever node runs first
+    opened: dict[str, events.OuterRetrieval] = {}  # per query: its open events
 
-    def open_events(ctx: Any, query: QueryBundle) -> events.OuterRetrieval:
-        if (event := opened.get(ctx.query_id)) is None:  # the passes may run the vector nodes before this one
-            event = opened[ctx.query_id] = events.OuterRetrieval(r, query,
-                                                                 on_end=lambda: opened.pop(ctx.query_id, None))
-        return event
-
-    async def open_node(ctx: Any, query: QueryBundle) -> events.OuterRetrieval:
-        return open_events(ctx, query)  # on the loop, as the vector nodes' open: never two at once
+    async def open_events(ctx: Any, query: QueryBundle) -> QueryBundle:  # on the loop: never two at once
+        opened[ctx.query_id] = events.OuterRetrieval(r, query, on_end=lambda: opened.pop(ctx.query_id, None))
+        return query
 
     @contextlib.contextmanager
-    def inside(ctx: Any, query: QueryBundle) -> Iterator[None]:
-        event = open_events(ctx, query)  # on the caller's path (aretrieve under aquery)
-        token = CALLER_LOOP.set(None)  # this node's own context: the sync path, as stock's _retrieve takes
+    def inside(ctx: Any) -> Iterator[None]:
+        token = CALLER_LOOP.set(None)  # the vector nodes' own context: the sync path, as stock's _retrieve takes
         try:
-            with event.inside():
+            with opened[ctx.query_id].inside():
                 yield
         finally:
             CALLER_LOOP.reset(token)
 
-    opened_node = Transform(open_node, "retriever", takes_ctx=True).build(g, "retrieve.open", {"query": query},
-                                                                           after=after)
-    found = _lower_vector(g, plan.subs[0], assign, query, after | {opened_node}, name="retrieve.vector",
-                          scope=inside)
+    first = set(g.nodes)
+    opened_query = Transform(open_events, "retriever", takes_ctx=True).build(g, "retrieve.open", {"query": query},
+                                                                             after=after)
+    found = _lower_vector(g, plan.subs[0], assign, opened_query, frozenset(), name="retrieve.vector")
+    run_within(g, [n for n in g.nodes if n not in first and n != opened_query], inside)
 
-    async def merge(ctx: Any, query: QueryBundle, nodes: list, event: events.OuterRetrieval) -> list:
+    async def merge(ctx: Any, query: QueryBundle, nodes: list) -> list:
+        event = opened[ctx.query_id]
         with event.failing(), event.inside():  # the docstore may be remote: off the loop
             merged = await asyncio.to_thread(shim.auto_merge, r, nodes)
         with event.failing():
             return event.end(shim.handle_recursive_retrieval(r, query, merged))
 
     return Transform(merge, "retriever", takes_ctx=True, resources=None).build(
-        g, "retrieve", {"query": query, "nodes": found, "event": opened_node})
+        g, "retrieve", {"query": query, "nodes": found})
 
 
 def _lower_vector(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query: str, after: frozenset[str],
-                  name: str = "retrieve",
-                  scope: Callable[[Any, QueryBundle], AbstractContextManager[Any]] | None = None) -> str:
-    """``VectorIndexRetriever.retrieve`` as embed + search nodes; ``scope(ctx, query)`` wraps both (the spans and
-    call path of a retriever that calls this one)."""
+                  name: str = "retrieve") -> str:
+    """``VectorIndexRetriever.retrieve`` as embed + search nodes."""
     r, embed = plan.obj, plan.embed
     kind = assign.embed_kind(embed)
 
-    def within(ctx: Any, query: QueryBundle) -> AbstractContextManager[Any]:
-        return scope(ctx, query) if scope is not None else contextlib.nullcontext()
-
     async def embed_query(ctx: Any, query: QueryBundle) -> tuple[Any, events.Retrieval]:
         # the retrieve events start here, as stock's retrieve() starts them before it embeds
-        with within(ctx, query):
-            event = events.Retrieval(r, query)
-            if not retrieval.needs_query_embedding(r, query):
-                return None, event
-            with event.inside(), event.failing():
-                return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs)), event
+        event = events.Retrieval(r, query)
+        if not retrieval.needs_query_embedding(r, query):
+            return None, event
+        with event.inside(), event.failing():
+            return await embed.agg_query_embedding(embed_send(ctx, kind), list(query.embedding_strs)), event
 
     async def search(ctx: Any, query: QueryBundle, embedded: tuple[Any, events.Retrieval]) -> Any:
         embedding, event = embedded
-        with within(ctx, query):
-            with event.failing():
-                bundle = retrieval.with_embedding(query, embedding)
-                nodes = await asyncio.to_thread(retrieval.search_sync, r, bundle)
-            return event.end(nodes)
+        with event.failing():
+            bundle = retrieval.with_embedding(query, embedding)
+            nodes = await asyncio.to_thread(retrieval.search_sync, r, bundle)
+        return event.end(nodes)
 
     hooks = RetrievalHooks(embed=embed_query, search=search, engine=kind or "local")
     return Retrieval(module="retriever", hooks=hooks).build(g, name, {"query": query}, after=after)
