@@ -1,11 +1,11 @@
 """Long answers on the real server (issue 30 item 3): each pattern the adapter lowers, stock vs Ayo at
-64 output tokens in the default suite and at 128 (marked ``long``: ``make test-long``), called
+256 output tokens in the default suite (marked ``slow``), and at 64 and 128 with ``make test-long`` (a
+greedy 256-token answer holds the shorter ones as its prefix, so CI runs the longest only), called
 (``invoke``) and streamed (``stream``: every chunk, in order, not only their concatenation; cut where
-stock's stream is cut, but for a server's merged events: ``tests/server_streams.py``); the RAG chain
-and the chat chain with memory at 256 too (marked ``slow``, in the default suite: about 2 minutes
-here), the other patterns at 256 with ``make test-long``. A difference late in a decode or at a stream boundary shows here, where the short-answer
-suites (16-48 tokens) cannot see it. A 128-token answer takes this 2-core machine's server about
-6 s: one question per pattern, and the 128-token answers opt-in, keep CI's time bounded.
+stock's stream is cut, but for a server's merged events: ``tests/server_streams.py``). A difference
+late in a decode or at a stream boundary shows here, where the short-answer suites (16-48 tokens)
+cannot see it. A 128-token answer takes this 2-core machine's server about 6 s: one question per
+pattern keeps CI's time bounded.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from tests.server_streams import assert_same_stream
 
 pytestmark = [pytest.mark.llm, pytest.mark.timeout(900)]
 QUESTION = "Explain in detail how to serialize a Python object to JSON and read it back."
-DEFAULT = 64  # tokens in the default suite (the issue asks for at least 64)
-LENGTHS = [DEFAULT, pytest.param(128, marks=pytest.mark.long), pytest.param(256, marks=pytest.mark.slow)]
+# the issue asks for at least 64 tokens (128 where the model writes that much) and 256 per pattern in CI
+LENGTHS = [pytest.param(64, marks=pytest.mark.long), pytest.param(128, marks=pytest.mark.long),
+           pytest.param(256, marks=pytest.mark.slow)]
 PROMPT = ChatPromptTemplate.from_messages([
     ("system", "You are an assistant for question-answering tasks. Use the retrieved context to answer."),
     ("human", "Question: {question}\nContext: {context}\nAnswer:"),
@@ -76,11 +77,8 @@ PATTERNS = {"rag": rag_chain, "multi_query": multi_query_chain, "compression": c
             "retrieval_chain": retrieval_chain}
 
 
-@pytest.mark.parametrize(("pattern", "tokens"), [(p, DEFAULT) for p in sorted(PATTERNS)]
-                         + [pytest.param(p, 128, marks=pytest.mark.long) for p in sorted(PATTERNS)]
-                         + [pytest.param("rag", 256, marks=pytest.mark.slow)]
-                         # 256 for the other patterns, opt-in (make test-long): CI runs 256 once per family
-                         + [pytest.param(p, 256, marks=pytest.mark.long) for p in sorted(PATTERNS) if p != "rag"])
+@pytest.mark.parametrize("tokens", LENGTHS)
+@pytest.mark.parametrize("pattern", sorted(PATTERNS))
 def test_long_answers_called_and_streamed(llm_url: str, vectorstore: Any, pattern: str, tokens: int) -> None:
     stock = PATTERNS[pattern](llm_url, vectorstore, tokens)
     fast = ayo_langchain.optimize(stock)

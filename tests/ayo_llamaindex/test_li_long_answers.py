@@ -1,11 +1,11 @@
 """Long answers on the real server (issue 30 item 3): each pattern the adapter lowers, stock vs Ayo at
-64 output tokens in the default suite; the streamed response, refine's chain and the chat engine at
-256 too (marked ``slow``, in the default suite: about 2.5 minutes here) and at 128 (marked ``long``:
-``make test-long``), every other pattern at 256 with ``make test-long``: the text, the source nodes, and for the streamed patterns every token in order
-(cut where stock's stream is cut, but for a server's merged events: ``tests/server_streams.py``).
-The short-answer suites (24-48 tokens) cannot see a difference late in a decode or at a stream
-boundary. One question per pattern, called once (the async paths are compared at shorter lengths
-elsewhere): a 128-token answer takes this 2-core machine's server about 6 s.
+256 output tokens in the default suite (marked ``slow``), and at 64 and 128 with ``make test-long`` (a
+greedy 256-token answer holds the shorter ones as its prefix, so CI runs the longest only): the text,
+the source nodes, and for the streamed patterns every token in order (cut where stock's stream is cut,
+but for a server's merged events: ``tests/server_streams.py``). The short-answer suites (24-48 tokens)
+cannot see a difference late in a decode or at a stream boundary. One question per pattern, called
+once (the async paths are compared at shorter lengths elsewhere): a 128-token answer takes this 2-core
+machine's server about 6 s.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from tests.server_streams import assert_same_stream
 
 pytestmark = [pytest.mark.llm, pytest.mark.timeout(900)]
 QUESTION = "Explain in detail how to serialize a Python object to JSON and read it back."
-DEFAULT = 64  # tokens in the default suite (the issue asks for at least 64)
-LENGTHS = [DEFAULT, pytest.param(128, marks=pytest.mark.long), pytest.param(256, marks=pytest.mark.slow)]
-# 256 tokens for every other pattern, opt-in (make test-long): CI runs 256 once per pattern family (LENGTHS)
-LONGEST = pytest.param(256, marks=pytest.mark.long)
+# the issue asks for at least 64 tokens (128 where the model writes that much) and 256 per pattern in CI
+LENGTHS = [pytest.param(64, marks=pytest.mark.long), pytest.param(128, marks=pytest.mark.long),
+           pytest.param(256, marks=pytest.mark.slow)]
 MODES = ["compact", "refine", "tree_summarize", "accumulate", "generation"]
 
 
@@ -49,7 +48,7 @@ def check(stock: Any, fast: Any, tokens: int) -> None:
     assert long_enough(str(want), tokens), "the model ended its answer early: pick a question it answers at length"
 
 
-@pytest.mark.parametrize("tokens", [*LENGTHS[:2], LONGEST])
+@pytest.mark.parametrize("tokens", LENGTHS)
 @pytest.mark.parametrize("mode", [m for m in MODES if m != "refine"])
 def test_synthesis_modes(llm_url: str, index: Any, mode: str, tokens: int) -> None:
     stock = index.as_query_engine(llm=make_llm(llm_url, tokens), similarity_top_k=2, response_mode=mode)
@@ -77,7 +76,7 @@ def test_streamed_response_token_by_token(llm_url: str, index: Any, tokens: int)
     assert_same_stream(asyncio.run(tokens_of(fast)), asyncio.run(tokens_of(stock)))
 
 
-@pytest.mark.parametrize("tokens", [DEFAULT, LONGEST])
+@pytest.mark.parametrize("tokens", LENGTHS)
 def test_fusion_refine(llm_url: str, index: Any, tokens: int) -> None:
     # no LLMRerank here: this model's choice lists rarely parse, so stock keeps no node and answers
     # "Empty Response" (the short-answer suites compare that); the refine chain's long answers are the point
@@ -89,7 +88,7 @@ def test_fusion_refine(llm_url: str, index: Any, tokens: int) -> None:
     check(stock, ayo_llamaindex.optimize(stock), tokens)
 
 
-@pytest.mark.parametrize("tokens", [DEFAULT, LONGEST])
+@pytest.mark.parametrize("tokens", LENGTHS)
 def test_hyde(llm_url: str, index: Any, tokens: int) -> None:
     llm = make_llm(llm_url, tokens)
     stock = TransformQueryEngine(index.as_query_engine(llm=llm, similarity_top_k=2), HyDEQueryTransform(llm=llm))
