@@ -304,41 +304,33 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
 
     opened: dict[str, events.OuterRetrieval] = {}  # per query: the fusion retriever's own retrieve events
 
-    def fusion_event(ctx: Any, query: QueryBundle) -> events.OuterRetrieval:
-        """Opened by the first of its nodes (expand and original start together), ended by fuse: its
-        spans hold the query generation and every sub-retrieval, as stock's retrieve() holds them."""
-        if (event := opened.get(ctx.query_id)) is None:
-            event = opened[ctx.query_id] = events.OuterRetrieval(r, query, on_end=lambda: opened.pop(ctx.query_id,
-                                                                                                     None))
-        return event
+    async def open_events(ctx: Any, query: QueryBundle) -> QueryBundle:
+        opened[ctx.query_id] = events.OuterRetrieval(r, query, on_end=lambda: opened.pop(ctx.query_id, None))
+        return query
 
     async def expand(ctx: Any, query: QueryBundle) -> list[str]:
-        with fusion_event(ctx, query).inside():
-            if r.num_queries <= 1:
-                return []
-            # ctx.stream_cb streams the lines to the retrievals and, once the kept lines are final, stops
-            # the decode (the early_stop pass); stock's parse of a stopped text equals its parse of the whole
-            text = await llm.complete(llm_send(ctx, kind), retrieval.query_gen_prompt(r, query.query_str),
-                                      stream_cb=ctx.stream_cb)
+        if r.num_queries <= 1:
+            return []
+        # ctx.stream_cb streams the lines to the retrievals and, once the kept lines are final, stops
+        # the decode (the early_stop pass); stock's parse of a stopped text equals its parse of the whole
+        text = await llm.complete(llm_send(ctx, kind), retrieval.query_gen_prompt(r, query.query_str),
+                                  stream_cb=ctx.stream_cb)
         retrieval.report_queries(r, text)
         return retrieval.parse_queries(r, text)
 
     async def original(ctx: Any, query: QueryBundle) -> list[list[Any]]:
-        with fusion_event(ctx, query).inside():
-            return await _retrieve_with_subs(plan, assign, ctx, query)
+        return await _retrieve_with_subs(plan, assign, ctx, query)
 
     async def generated(ctx: Any, queries: str) -> list[list[Any]]:
-        event = opened.get(ctx.query_id)
-        with event.inside() if event is not None else contextlib.nullcontext():
-            return await _retrieve_with_subs(plan, assign, ctx, QueryBundle(queries))
+        return await _retrieve_with_subs(plan, assign, ctx, QueryBundle(queries))
 
     async def fuse(ctx: Any, query: QueryBundle, original: list, generated: list, queries: list[str]) -> Any:
         results: dict[tuple[str, int], list[Any]] = {}
         for q, per_sub in zip([query.query_str, *queries], [original, *generated], strict=True):
             for i, nodes in enumerate(per_sub):
                 results[(q, i)] = nodes  # a repeated query string keeps its first slot, as in stock
-        event = fusion_event(ctx, query)
-        with event.inside(), event.failing():
+        event = opened[ctx.query_id]
+        with event.failing():
             nodes = shim.handle_recursive_retrieval(r, query, retrieval.fuse(r, results))
         return event.end(nodes)
 
@@ -351,7 +343,15 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
     keep = None if shim.retriever_verbose(r) or r.num_queries <= 1 else r.num_queries - 1
     hooks = FusionHooks(expand=expand, parts=streaming_parts, original=original, generated=generated, fuse=fuse,
                         engine=kind or "local", keep_parts=keep)
-    return FusionRetrieval(hooks, "retriever").build(g, "retrieve", {"query": query}, after=after)
+    # the events open in a node that hands the query on (so every fusion node waits for it), and hold the
+    # query generation, every sub-retrieval and the fusion, as stock's retrieve() holds them
+    first = set(g.nodes)
+    opened_query = Transform(open_events, "retriever", takes_ctx=True).build(g, "retrieve.open", {"query": query},
+                                                                             after=after)
+    out = FusionRetrieval(hooks, "retriever").build(g, "retrieve", {"query": opened_query})
+    run_within(g, [n for n in g.nodes if n not in first and n != opened_query],
+               lambda ctx: opened[ctx.query_id].inside())
+    return out
 
 
 # -- postprocessors ----------------------------------------------------------------------------
