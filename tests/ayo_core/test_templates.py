@@ -277,3 +277,45 @@ def test_step_templates_and_flow_templates():
     warm = g[Warmup(hook, takes_ctx=True, per_part="part").build(g, "7.warm", {"part": whole})]
     assert warm.op is Op.PARTIAL_PREFILL and warm.engine == "llm" and warm.meta["optional"]
     assert list(g.nodes)[-1] == "7.warm" and g["5.union"].engine == "local" and "optional" not in g["5.union"].meta
+
+
+async def test_run_within_runs_sync_and_async_node_fns_inside_their_scope() -> None:
+    """``run_within``: the named nodes (an async and a sync fn, the latter in a thread) see the scope that
+    an earlier node opened for their query; a node left out does not; the optimized graph keeps it."""
+    import contextlib
+    import contextvars
+
+    from ayo_core.templates.base import run_within
+
+    inside: contextvars.ContextVar[str | None] = contextvars.ContextVar("inside", default=None)
+    opened: dict[str, str] = {}
+
+    def open_scope(ctx, q):
+        opened[ctx.query_id] = f"scope of {q}"
+        return q
+
+    @contextlib.contextmanager
+    def scope(ctx):
+        token = inside.set(opened[ctx.query_id])
+        try:
+            yield
+        finally:
+            inside.reset(token)
+
+    async def seen_async(q):
+        return inside.get()
+
+    def seen_sync(q):
+        return inside.get()
+
+    g = Graph()
+    g.input("q")
+    first = Transform(open_scope, takes_ctx=True).build(g, "open", {"q": "q"})
+    Transform(seen_async).build(g, "a", {"q": first})
+    Transform(seen_sync).build(g, "s", {"q": first})
+    Transform(seen_sync).build(g, "outside", {"q": first})
+    out = Transform(lambda a, s, outside: (a, s, outside)).build(g, "all", {"a": "a", "s": "s", "outside": "outside"})
+    g.output(out)
+    run_within(g, ["a", "s"], scope)
+    value, _ = await Runtime(engines()).run(optimize_graph(g), {"q": "x"})
+    assert value == ("scope of x", "scope of x", None)
