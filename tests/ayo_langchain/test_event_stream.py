@@ -208,11 +208,25 @@ def test_astream_events_are_stocks_run_by_run_on_the_real_server(build: Any, llm
 
 
 def assert_same_runs(build: Any, server: FakeOpenAIServer | str, version: str, min_runs: int = 8) -> None:
-    """The optimized chain's ``astream_events`` against stock's, run by run (see the module docstring)."""
-    stock, x = build(server)
-    fast = ayo_langchain.optimize(build(server)[0])
-    want_events, want_runs = asyncio.run(_runs(stock, x, version))
-    got_events, got_runs = asyncio.run(_runs(fast, x, version))
+    """The optimized chain's ``astream_events`` against stock's, run by run (see the module docstring).
+
+    On the real server, a difference confined to stream events is measured once more: a loaded vLLM may
+    send two tokens as one event, in stock's stream as in Ayo's (``tests/server_streams.py``)."""
+    for attempt in (1, 2):
+        stock, x = build(server)
+        fast = ayo_langchain.optimize(build(server)[0])
+        want_events, want_runs = asyncio.run(_runs(stock, x, version))
+        got_events, got_runs = asyncio.run(_runs(fast, x, version))
+        try:
+            _assert_same_events(got_events, got_runs, want_events, want_runs, min_runs)
+            return
+        except AssertionError:
+            if attempt == 2 or not isinstance(server, str) or not _only_streams_differ(got_events, want_events):
+                raise
+
+
+def _assert_same_events(got_events: dict[str, list[tuple]], got_runs: list[tuple], want_events: dict[str, list[tuple]],
+                        want_runs: list[tuple], min_runs: int) -> None:
     assert got_runs == want_runs
     assert len(want_runs) >= min_runs  # the composites' runs are there: the parallel, the inner sequence, the passthrough
     for run in want_events:
@@ -226,6 +240,13 @@ def assert_same_runs(build: Any, server: FakeOpenAIServer | str, version: str, m
         else:
             assert _branch_order_aside(got_events[run]) == _branch_order_aside(want_events[run]), run
     assert set(got_events) == set(want_events)
+
+
+def _only_streams_differ(got: dict[str, list[tuple]], want: dict[str, list[tuple]]) -> bool:
+    def unstreamed(events: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
+        return {run: sorted(e for e in es if not e[0].endswith("_stream")) for run, es in events.items()}
+
+    return unstreamed(got) == unstreamed(want)
 
 
 _BRANCH_CHUNK = re.compile(r"\{'chunk': \{'(context|question|docs)': ")
