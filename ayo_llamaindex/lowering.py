@@ -123,7 +123,7 @@ def _lower_citation_engine(g: Graph, plan: QueryEnginePlan, assign: EngineAssign
     node of the retrieval waits for it (dependency pruning keeps data edges), and runs inside the event."""
     engine, opened = plan.obj, {}  # per query: the engine's open event
 
-    def open_event(ctx: Any, query: QueryBundle) -> QueryBundle:
+    async def open_event(ctx: Any, query: QueryBundle) -> QueryBundle:  # on the loop: no thread hop
         opened[ctx.query_id] = events.EngineRetrieval(engine, query, on_end=lambda: opened.pop(ctx.query_id, None))
         return query
 
@@ -138,7 +138,7 @@ def _lower_citation_engine(g: Graph, plan: QueryEnginePlan, assign: EngineAssign
     nodes = lower_retriever(g, plan.retriever, assign, opened_query, frozenset())
     nodes = _lower_postprocessors(g, plan, assign, opened_query, nodes)
     nodes = Transform(cite, "citations", takes_ctx=True).build(g, "citations", {"nodes": nodes})
-    run_within(g, [n for n in g.nodes if n not in first and n != "citations.open"],
+    run_within(g, [n for n in g.nodes if n not in first and n != opened_query],
                lambda ctx: opened[ctx.query_id].event.as_parent())
     return lower_synthesizer(g, plan.synthesizer, assign, query, nodes, None)
 
