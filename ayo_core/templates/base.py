@@ -137,5 +137,12 @@ def _scoped(fn: Callable[..., Any], scope: Callable[[Any], AbstractContextManage
     def scoped(ctx: Any, /, **inputs: Any) -> Any:
         with scope(ctx):
             result = fn(ctx, **inputs)
+        if inspect.isawaitable(result):  # a plain function that returned a coroutine: it runs when awaited
+            return _awaited_within(result, scope, ctx)
         return result
     return scoped
+
+
+async def _awaited_within(result: Any, scope: Callable[[Any], AbstractContextManager[Any]], ctx: Any) -> Any:
+    with scope(ctx):
+        return await result

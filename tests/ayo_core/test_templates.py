@@ -308,14 +308,19 @@ async def test_run_within_runs_sync_and_async_node_fns_inside_their_scope() -> N
     def seen_sync(q):
         return inside.get()
 
+    def returns_a_coroutine(q):  # a plain function returning a coroutine: the runtime awaits it later
+        return seen_async(q)
+
     g = Graph()
     g.input("q")
     first = Transform(open_scope, takes_ctx=True).build(g, "open", {"q": "q"})
     Transform(seen_async).build(g, "a", {"q": first})
     Transform(seen_sync).build(g, "s", {"q": first})
+    Transform(returns_a_coroutine).build(g, "c", {"q": first})
     Transform(seen_sync).build(g, "outside", {"q": first})
-    out = Transform(lambda a, s, outside: (a, s, outside)).build(g, "all", {"a": "a", "s": "s", "outside": "outside"})
+    out = Transform(lambda a, s, c, outside: (a, s, c, outside)).build(
+        g, "all", {"a": "a", "s": "s", "c": "c", "outside": "outside"})
     g.output(out)
-    run_within(g, ["a", "s"], scope)
+    run_within(g, ["a", "s", "c"], scope)
     value, _ = await Runtime(engines()).run(optimize_graph(g), {"q": "x"})
-    assert value == ("scope of x", "scope of x", None)
+    assert value == ("scope of x", "scope of x", "scope of x", None)
