@@ -355,9 +355,11 @@ def failing_open_events() -> Iterator[None]:
 
 
 class _OpenUntilEnded:
-    """An event one node opens and a later node ends: registered with :func:`failing_open_events` meanwhile."""
+    """An event one node opens and a later node ends: registered with :func:`failing_open_events` meanwhile;
+    ``on_end`` runs once it ends or fails (its opener's per-query entry is dropped)."""
 
-    def register(self) -> None:
+    def register(self, on_end: Callable[[], Any] | None = None) -> None:
+        self.on_end = on_end
         self.open = _OPEN.get()
         if self.open is not None:
             self.open.append(self)  # type: ignore[arg-type]
@@ -366,30 +368,32 @@ class _OpenUntilEnded:
         if self.open is not None and self in self.open:
             self.open.remove(self)  # type: ignore[arg-type]
 
+    def ending(self) -> None:
+        """Before the event's end: no longer open, and its opener told."""
+        self.unregister()
+        self.ended()
+
+    def ended(self) -> None:
+        if self.on_end is not None:
+            self.on_end()
+
 
 class EngineRetrieval(_SplitEvents, _OpenUntilEnded):
     """A query engine's own ``RETRIEVE`` callback event (``CitationQueryEngine._query`` opens one around
-    retrieval, postprocessing and its citation cut), ended with the nodes it hands to synthesis;
-    ``on_end`` runs once it ends or fails."""
+    retrieval, postprocessing and its citation cut), ended with the nodes it hands to synthesis."""
 
     def __init__(self, engine: Any, query: Any, on_end: Callable[[], Any] | None = None) -> None:
         self.event = _Event(engine.callback_manager, CBEventType.RETRIEVE, {EventPayload.QUERY_STR: query.query_str})
-        self.on_end = on_end
-        self.register()
+        self.register(on_end)
 
     def end(self, nodes: list[Any]) -> list[Any]:
-        self.unregister()
-        self._ended()
+        self.ending()
         self.event.end({EventPayload.NODES: nodes})
         return nodes
 
     def fail(self, exc: BaseException) -> None:
-        self._ended()
+        self.ended()
         super().fail(exc)
-
-    def _ended(self) -> None:
-        if self.on_end is not None:
-            self.on_end()
 
 
 class RouterRetrieval(Retrieval):
@@ -420,18 +424,14 @@ class OuterRetrieval(Retrieval, _OpenUntilEnded):
 
     def __init__(self, retriever: Any, query: Any, on_end: Callable[[], Any] | None = None) -> None:
         super().__init__(retriever, query)
-        self.on_end = on_end
-        self.register()
+        self.register(on_end)
 
     def end(self, nodes: list[Any]) -> list[Any]:
-        self.unregister()
-        if self.on_end is not None:
-            self.on_end()
+        self.ending()
         return super().end(nodes)
 
     def fail(self, exc: BaseException) -> None:
-        if self.on_end is not None:
-            self.on_end()
+        self.ended()
         super().fail(exc)
 
 

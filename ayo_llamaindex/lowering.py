@@ -29,7 +29,8 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -116,30 +117,51 @@ def _lower_postprocessors(g: Graph, plan: QueryEnginePlan, assign: EngineAssignm
     return nodes
 
 
+class _EventsPerQuery:
+    """Events one node opens for a query (``CitationQueryEngine``'s, a fusion or auto-merging retriever's)
+    around nodes that lowering split out of the stock call: the opening node hands the query on, so every
+    node inside waits for it (dependency pruning keeps data edges), and those nodes run inside the events
+    (:func:`ayo_core.templates.base.run_within`); ``events(ctx)`` is the query's, until a node ends them."""
+
+    def __init__(self, make: Callable[[QueryBundle, Callable[[], Any]], Any]) -> None:
+        self.make, self.open = make, {}
+
+    def __call__(self, ctx: Any) -> Any:
+        return self.open[ctx.query_id]
+
+    async def _opening(self, ctx: Any, query: QueryBundle) -> QueryBundle:  # on the loop: no thread hop
+        self.open[ctx.query_id] = self.make(query, lambda: self.open.pop(ctx.query_id, None))
+        return query
+
+    def around(self, g: Graph, name: str, module: str, query: str, after: frozenset[str],
+               lower_inside: Callable[[str], str], scope: Callable[[Any], AbstractContextManager[Any]]) -> str:
+        """Add the opening node ``name``, then ``lower_inside(its name)``, whose nodes run in ``scope(events)``."""
+        first = set(g.nodes)
+        opened = Transform(self._opening, module, takes_ctx=True).build(g, name, {"query": query}, after=after)
+        out = lower_inside(opened)
+        run_within(g, [n for n in g.nodes if n not in first and n != opened], lambda ctx: scope(self(ctx)))
+        return out
+
+
 def _lower_citation_engine(g: Graph, plan: QueryEnginePlan, assign: EngineAssignment, query: str,
                            after: frozenset[str]) -> str:
     """``CitationQueryEngine._query``: its own ``RETRIEVE`` event opened around retrieval, postprocessing and
-    the cut of the nodes into numbered sources, then synthesis. The opening node hands the query on, so every
-    node of the retrieval waits for it (dependency pruning keeps data edges), and runs inside the event."""
-    engine, opened = plan.obj, {}  # per query: the engine's open event
-
-    async def open_event(ctx: Any, query: QueryBundle) -> QueryBundle:  # on the loop: no thread hop
-        opened[ctx.query_id] = events.EngineRetrieval(engine, query, on_end=lambda: opened.pop(ctx.query_id, None))
-        return query
+    the cut of the nodes into numbered sources, then synthesis."""
+    engine = plan.obj
+    opened = _EventsPerQuery(lambda query, on_end: events.EngineRetrieval(engine, query, on_end))
 
     def cite(ctx: Any, nodes: list) -> list:
-        event = opened[ctx.query_id]
+        event = opened(ctx)
         with event.failing():
             return event.end(shim.citation_nodes(engine, nodes))
 
-    first = set(g.nodes)
-    opened_query = Transform(open_event, "citations", takes_ctx=True).build(g, "citations.open", {"query": query},
-                                                                           after=after)
-    nodes = lower_retriever(g, plan.retriever, assign, opened_query, frozenset())
-    nodes = _lower_postprocessors(g, plan, assign, opened_query, nodes)
-    nodes = Transform(cite, "citations", takes_ctx=True).build(g, "citations", {"nodes": nodes})
-    run_within(g, [n for n in g.nodes if n not in first and n != opened_query],
-               lambda ctx: opened[ctx.query_id].event.as_parent())
+    def retrieval_and_cut(opened_query: str) -> str:
+        nodes = lower_retriever(g, plan.retriever, assign, opened_query, frozenset())
+        nodes = _lower_postprocessors(g, plan, assign, opened_query, nodes)
+        return Transform(cite, "citations", takes_ctx=True).build(g, "citations", {"nodes": nodes})
+
+    nodes = opened.around(g, "citations.open", "citations", query, after, retrieval_and_cut,
+                          lambda event: event.event.as_parent())
     return lower_synthesizer(g, plan.synthesizer, assign, query, nodes, None)
 
 
@@ -237,33 +259,24 @@ def _lower_auto_merging(g: Graph, plan: RetrieverPlan, assign: EngineAssignment,
                         after: frozenset[str]) -> str:
     """``AutoMergingRetriever.retrieve``: its events and spans open (``retrieve`` > ``_retrieve``), its vector
     retriever lowered inside them, then its own merging. Its ``_retrieve`` calls the vector retriever's sync
-    ``retrieve()``, under ``aretrieve()`` too (it keeps the base ``_aretrieve``): so does the lowered one.
-    The node opening the events hands the query on, so the vector nodes wait for it (pruning keeps data
-    edges)."""
+    ``retrieve()``, under ``aretrieve()`` too (it keeps the base ``_aretrieve``): so does the lowered one."""
     r = plan.obj
-    opened: dict[str, events.OuterRetrieval] = {}  # per query: its open events
-
-    async def open_events(ctx: Any, query: QueryBundle) -> QueryBundle:  # on the loop: never two at once
-        opened[ctx.query_id] = events.OuterRetrieval(r, query, on_end=lambda: opened.pop(ctx.query_id, None))
-        return query
+    opened = _EventsPerQuery(lambda query, on_end: events.OuterRetrieval(r, query, on_end))
 
     @contextlib.contextmanager
-    def inside(ctx: Any) -> Iterator[None]:
+    def inside(event: events.OuterRetrieval) -> Iterator[None]:
         token = CALLER_LOOP.set(None)  # the vector nodes' own context: the sync path, as stock's _retrieve takes
         try:
-            with opened[ctx.query_id].inside():
+            with event.inside():
                 yield
         finally:
             CALLER_LOOP.reset(token)
 
-    first = set(g.nodes)
-    opened_query = Transform(open_events, "retriever", takes_ctx=True).build(g, "retrieve.open", {"query": query},
-                                                                             after=after)
-    found = _lower_vector(g, plan.subs[0], assign, opened_query, frozenset(), name="retrieve.vector")
-    run_within(g, [n for n in g.nodes if n not in first and n != opened_query], inside)
+    found = opened.around(g, "retrieve.open", "retriever", query, after, lambda opened_query: _lower_vector(
+        g, plan.subs[0], assign, opened_query, frozenset(), name="retrieve.vector"), inside)
 
     async def merge(ctx: Any, query: QueryBundle, nodes: list) -> list:
-        event = opened[ctx.query_id]
+        event = opened(ctx)
         with event.failing(), event.inside():  # the docstore may be remote: off the loop
             merged = await asyncio.to_thread(shim.auto_merge, r, nodes)
         with event.failing():
@@ -302,11 +315,7 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
     r, llm = plan.obj, plan.llm
     kind = assign.llm_kind(llm)
 
-    opened: dict[str, events.OuterRetrieval] = {}  # per query: the fusion retriever's own retrieve events
-
-    async def open_events(ctx: Any, query: QueryBundle) -> QueryBundle:
-        opened[ctx.query_id] = events.OuterRetrieval(r, query, on_end=lambda: opened.pop(ctx.query_id, None))
-        return query
+    opened = _EventsPerQuery(lambda query, on_end: events.OuterRetrieval(r, query, on_end))
 
     async def expand(ctx: Any, query: QueryBundle) -> list[str]:
         if r.num_queries <= 1:
@@ -329,7 +338,7 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
         for q, per_sub in zip([query.query_str, *queries], [original, *generated], strict=True):
             for i, nodes in enumerate(per_sub):
                 results[(q, i)] = nodes  # a repeated query string keeps its first slot, as in stock
-        event = opened[ctx.query_id]
+        event = opened(ctx)
         with event.failing():
             nodes = shim.handle_recursive_retrieval(r, query, retrieval.fuse(r, results))
         return event.end(nodes)
@@ -343,15 +352,9 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
     keep = None if shim.retriever_verbose(r) or r.num_queries <= 1 else r.num_queries - 1
     hooks = FusionHooks(expand=expand, parts=streaming_parts, original=original, generated=generated, fuse=fuse,
                         engine=kind or "local", keep_parts=keep)
-    # the events open in a node that hands the query on (so every fusion node waits for it), and hold the
-    # query generation, every sub-retrieval and the fusion, as stock's retrieve() holds them
-    first = set(g.nodes)
-    opened_query = Transform(open_events, "retriever", takes_ctx=True).build(g, "retrieve.open", {"query": query},
-                                                                             after=after)
-    out = FusionRetrieval(hooks, "retriever").build(g, "retrieve", {"query": opened_query})
-    run_within(g, [n for n in g.nodes if n not in first and n != opened_query],
-               lambda ctx: opened[ctx.query_id].inside())
-    return out
+    # the events hold the query generation, every sub-retrieval and the fusion, as stock's retrieve() holds them
+    return opened.around(g, "retrieve.open", "retriever", query, after, lambda opened_query: FusionRetrieval(
+        hooks, "retriever").build(g, "retrieve", {"query": opened_query}), lambda event: event.inside())
 
 
 # -- postprocessors ----------------------------------------------------------------------------

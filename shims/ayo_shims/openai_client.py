@@ -588,13 +588,14 @@ class CompletionsShim(_ShimBase):
             from openai.types import Completion
 
             return Completion.construct(**results[0].raw)
-        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-        for res in results:
-            for k, v in _usage(res).items():
-                if k in usage:
-                    usage[k] += v
         if len(results) == 1:
             usage = _full_body_usage(results[0])
+        else:  # Ayo's answer of several requests: their counts added up
+            usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+            for res in results:
+                for k, v in _usage(res).items():
+                    if k in usage:
+                        usage[k] += v
         return _parsed("Completion", {
             **_response_fields(results[0] if len(results) == 1 else None),
             "object": "text_completion",
