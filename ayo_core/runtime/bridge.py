@@ -271,7 +271,9 @@ async def in_thread(source: AsyncIterator[Any] | None,
         inbox.put((_END, None))
 
     feeder = asyncio.ensure_future(pump())
-    loop.run_in_executor(None, work)
+    # in this task's context (the caller's, carried by the bridge): stock runs these steps in the caller's
+    # thread, where the caller's context variables are set; a bare executor call would run them without
+    loop.run_in_executor(None, contextvars.copy_context().run, work)
     try:
         while True:
             item, exc = await outbox.get()

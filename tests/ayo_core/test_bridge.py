@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from types import SimpleNamespace
 from typing import Any
@@ -124,6 +125,37 @@ def test_in_thread_runs_the_sync_pipeline_in_a_worker() -> None:
 
     assert bridge.run_sync(collect()) == [0, 10, 20]
     assert workers and all(name != bridge.THREAD_NAME for name in workers)
+
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("REQUEST_ID", default="unset")
+
+
+def test_in_thread_runs_the_pipeline_in_the_callers_context() -> None:
+    """A sync stream's steps after the model see the caller's context variables, as in stock (which runs
+    them in the caller's thread): the caller's context reaches the loop with the call, then the worker."""
+    seen: list[str] = []
+
+    async def source() -> Any:
+        yield 1
+
+    def pipeline(items: Any) -> Any:
+        for x in items:
+            seen.append(REQUEST_ID.get())
+            yield x
+
+    async def collect() -> list[int]:
+        return [x async for x in bridge.in_thread(source(), pipeline)]
+
+    token = REQUEST_ID.set("req-42")
+    try:
+        assert list(bridge.iter_sync(collect_stream(collect))) == [[1]]
+    finally:
+        REQUEST_ID.reset(token)
+    assert seen == ["req-42"]
+
+
+async def collect_stream(make: Any) -> Any:
+    yield await make()
 
 
 class _Recorder:

@@ -8,6 +8,7 @@ Offline tests use the fake OpenAI server; ``@pytest.mark.llm`` ones the real vLL
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from operator import itemgetter
 from typing import Any
 
@@ -153,6 +154,32 @@ def test_completion_stream_has_no_empty_opening_chunk(fake_server: Any) -> None:
     fast = ayo_langchain.optimize(chain)
     for x in TOPICS:
         assert list(fast.stream(x)) == list(chain.stream(x))
+
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("REQUEST_ID", default="unset")
+
+
+def test_steps_after_the_model_see_the_callers_context_under_every_call(fake_server: Any) -> None:
+    """A request id the caller set reaches the steps after the streaming model (sync stream ran them in
+    a worker thread without the caller's context variables; found by sweep 4)."""
+    seen: list[str] = []
+
+    def after(text: str) -> str:
+        seen.append(REQUEST_ID.get())
+        return text
+
+    chain = ChatPromptTemplate.from_template("About {topic}") | fake_chat(fake_server) | StrOutputParser() | after
+    fast = ayo_langchain.optimize(chain)
+    token = REQUEST_ID.set("req-42")
+    try:
+        for call in (lambda r: r.invoke(TOPICS[0]), lambda r: list(r.stream(TOPICS[0])), lambda r: r.batch(TOPICS)):
+            seen.clear()
+            want = call(chain), list(seen)
+            seen.clear()
+            assert (call(fast), list(seen)) == want
+            assert want[1] and set(want[1]) == {"req-42"}
+    finally:
+        REQUEST_ID.reset(token)
 
 
 async def _only_async(x: dict) -> dict:
