@@ -40,6 +40,7 @@ from ayo_core.runtime import (
     Runtime,
     SchedulerConfig,
     bridge,
+    caller_thread,
     llm_config,
 )
 from ayo_core.runtime.batching import gather_batch
@@ -58,6 +59,8 @@ LLM_INFLIGHT = 128  # Options.llm_inflight's default here: LLM requests Ayo keep
 # sync calls run the user's objects in the bridge loop's worker threads: daemon ones, so a user
 # thread still calling invoke after the main thread ended is served (see ayo_shims.python_runtime)
 bridge.use_executor(python_runtime.daemon_pool)
+# a sync handler's events under a sync invoke/stream run on the caller's thread, as in stock
+caller_thread.route(shims.is_sync_handler_event)
 
 
 def _events_unsupported(runnable: Any) -> bool:
@@ -276,7 +279,7 @@ class OptimizedRunnable(Runnable):
         if self.as_is(kwargs):
             return self.wrapped.invoke(input, config, **kwargs)
         self.last_traces = []
-        return bridge.run_sync(self._invoke(input, config, sync=True), "invoke()")
+        return bridge.run_sync(self._invoke(input, config, sync=True), "invoke()", serve_caller=True)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         if self.as_is(kwargs):
@@ -311,7 +314,7 @@ class OptimizedRunnable(Runnable):
         if self.as_is(kwargs) or self.streams_as_is():
             yield from self.wrapped.stream(input, config, **kwargs)
             return
-        yield from bridge.iter_sync(self._astream(input, config, sync=True))
+        yield from bridge.iter_sync(self._astream(input, config, sync=True), serve_caller=True)
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         twin = None if self.as_is(kwargs) else self._stream_twin()

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ayo_core.caller_code import running_ayo_code
+from ayo_core.runtime import caller_thread
 from ayo_core.runtime.errors import NodeFailed
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class Bridge:
                 return
             self._executor_factory = factory
             if self._loop is not None and not self._loop.is_closed():
-                self._loop.set_default_executor(factory(WORKERS, THREAD_NAME))
+                self._loop.set_default_executor(self._executor())
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The background loop (started on first use, and again if its thread died)."""
@@ -149,7 +150,7 @@ class Bridge:
     def _start(self) -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
         loop = asyncio.new_event_loop()
         loop.set_exception_handler(_exception_handler)
-        loop.set_default_executor(self._executor_factory(WORKERS, THREAD_NAME))
+        loop.set_default_executor(self._executor())
         ready = threading.Event()
 
         def run() -> None:
@@ -162,6 +163,11 @@ class Bridge:
         thread.start()
         ready.wait()
         return loop, thread
+
+    def _executor(self) -> ThreadPoolExecutor:
+        pool = self._executor_factory(WORKERS, THREAD_NAME)
+        pool.submit = caller_thread.routing_submit(pool.submit)  # type: ignore[method-assign]
+        return pool
 
     def on_loop_thread(self) -> bool:
         """Whether the caller runs on the bridge loop's own thread (where a sync wait would deadlock)."""
@@ -184,15 +190,31 @@ class Bridge:
             raise
         return asyncio.run_coroutine_threadsafe(coro, loop)
 
-    def run_sync(self, coro: Coroutine[Any, Any, T], what: str = "a synchronous Ayo call") -> T:
-        """Run ``coro`` on the loop and block this thread until it finishes (an interrupt cancels it)."""
-        fut = self.submit(coro, what)
+    def run_sync(self, coro: Coroutine[Any, Any, T], what: str = "a synchronous Ayo call",
+                 serve_caller: bool = False) -> T:
+        """Run ``coro`` on the loop and block this thread until it finishes (an interrupt cancels it);
+        ``serve_caller``: meanwhile this thread runs the call's observer calls (:mod:`caller_thread`)."""
+        if not serve_caller:
+            fut = self.submit(coro, what)
+            try:
+                with running_ayo_code():
+                    return fut.result()
+            except BaseException:
+                fut.cancel()
+                raise
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        caller = caller_thread.CallerThread(inbox)
+        fut = self.submit(_served_by(caller, coro), what)
+        fut.add_done_callback(lambda _: inbox.put(_END))
         try:
             with running_ayo_code():
+                next(item for item in caller_thread.serving(inbox.get) if item is _END)
                 return fut.result()
         except BaseException:
             fut.cancel()
             raise
+        finally:
+            caller.close()
 
     async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` running on the bridge loop from any other event loop; cancelling the
@@ -205,12 +227,17 @@ class Bridge:
             fut.cancel()
             raise
 
-    def iter_sync(self, agen: AsyncIterator[T], what: str = "stream()") -> Iterator[T]:
-        """Iterate an async iterator running on the loop, from sync code (stopping early cancels it)."""
+    def iter_sync(self, agen: AsyncIterator[T], what: str = "stream()", serve_caller: bool = False) -> Iterator[T]:
+        """Iterate an async iterator running on the loop, from sync code (stopping early cancels it);
+        ``serve_caller``: while it waits, this thread runs the stream's observer calls (:mod:`caller_thread`)."""
         self._refuse_on_loop(what)
         items: queue.Queue = queue.Queue()
+        caller = caller_thread.CallerThread(items) if serve_caller else None
+        served = caller_thread.serving(items.get)
 
         async def pump() -> None:
+            if caller is not None:
+                caller_thread.CALLER.set(caller)
             try:
                 async for item in agen:
                     items.put((item, None))
@@ -221,10 +248,17 @@ class Bridge:
 
         fut = asyncio.run_coroutine_threadsafe(pump(), self.loop())
         try:
-            yield from _drain(lambda: _waiting_for_ayo(items.get))
+            yield from _drain(lambda: _waiting_for_ayo(lambda: next(served)))
         finally:
             if not fut.done():
                 fut.cancel()
+            if caller is not None:
+                caller.close()
+
+
+async def _served_by(caller: caller_thread.CallerThread, coro: Coroutine[Any, Any, T]) -> T:
+    caller_thread.CALLER.set(caller)  # this task's context, and the tasks it starts
+    return await coro
 
 
 def _waiting_for_ayo(get: Callable[[], T]) -> T:
@@ -301,9 +335,9 @@ def use_executor(factory: ExecutorFactory) -> None:
     BRIDGE.use_executor(factory)
 
 
-def run_sync(coro: Coroutine[Any, Any, T], what: str = "a synchronous Ayo call") -> T:
+def run_sync(coro: Coroutine[Any, Any, T], what: str = "a synchronous Ayo call", serve_caller: bool = False) -> T:
     """Run ``coro`` on the background loop and wait for it (from any thread but the loop's)."""
-    return BRIDGE.run_sync(coro, what)
+    return BRIDGE.run_sync(coro, what, serve_caller)
 
 
 async def arun(coro: Coroutine[Any, Any, T]) -> T:
@@ -311,9 +345,9 @@ async def arun(coro: Coroutine[Any, Any, T]) -> T:
     return await BRIDGE.arun(coro)
 
 
-def iter_sync(agen: AsyncIterator[T], what: str = "stream()") -> Iterator[T]:
+def iter_sync(agen: AsyncIterator[T], what: str = "stream()", serve_caller: bool = False) -> Iterator[T]:
     """Iterate an async iterator running on the background loop, from sync code."""
-    return BRIDGE.iter_sync(agen, what)
+    return BRIDGE.iter_sync(agen, what, serve_caller)
 
 
 def on_loop_thread() -> bool:

@@ -114,14 +114,22 @@ class QueryRun:
                 self.finished.set_result(None)
 
     def _fail(self, exc: NodeFailed) -> None:
-        if self.failure is None:
+        draining = bool(self.graph.meta.get("drain_on_failure"))
+        if self.failure is None or (draining and self._earlier(exc.node, self.failure.node)):
+            # draining, the error raised is the one of the first failing step in the graph's order (its
+            # lowering's, stock's: a sync parallel raises its first failing branch's, a batch its first
+            # failing input's), whichever failed first in time
             self.failure = exc
             self.trace.status = "failed"
             self.trace.error = str(exc)
-        if self.graph.meta.get("drain_on_failure"):
+        if draining:
             self._drain(exc.node)
         elif not self.finished.done():
             self.finished.set_exception(self.failure)
+
+    def _earlier(self, node: str, than: str) -> bool:
+        order = {name: i for i, name in enumerate(self.graph.nodes)}
+        return order.get(node, len(order)) < order.get(than, len(order))
 
     def _drain(self, failed: str) -> None:
         """Cancel what ``failed`` dooms (``ayo_core.runtime.drain``); the rest runs to its end first."""
@@ -151,7 +159,9 @@ class QueryRun:
             if is_stream_consumer(node):
                 deps = deps - {node.inputs[node.meta["per_part"]]}
             for dep in deps:
-                await self.done[dep]
+                # shielded: a cancelled waiter (doomed while draining) must not cancel the future its
+                # producer completes later, which then failed with InvalidStateError
+                await asyncio.shield(self.done[dep])
             self._set_state(name, NodeState.RUNNING)
             value = await self._execute(node)
             if isinstance(value, Expand):
@@ -176,7 +186,7 @@ class QueryRun:
                 self._spawn(n)
             self._set_state(node.name, NodeState.EXPANDED)
             self.expanded_to[node.name] = expansion.output
-        await self.done[expansion.output]
+        await asyncio.shield(self.done[expansion.output])
         return self.values[expansion.output]
 
     async def _execute(self, node: Node) -> Any:

@@ -13,6 +13,8 @@ Imports the frameworks only (lazily, in the checks): never ``ayo_core`` or an ad
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -127,6 +129,23 @@ def call_with_config_open(runnable: Any, func: Callable[..., Any], value: Any, c
 async def acall_with_config(runnable: Any, func: Callable[..., Any], value: Any, config: Any) -> Any:
     """``await func(value, run_manager, config)`` under the chain run ``runnable`` opens for itself."""
     return await runnable._acall_with_config(func, value, config)
+
+
+SYNC_HANDLER_DISPATCH = declare(
+    "langchain_core.callbacks.manager._ahandle_event_for_handler", framework=LANGCHAIN_CORE, checked=CORE_CHECKED,
+    why="under a sync invoke/stream a sync handler's events run on the caller's thread, as stock's: the async "
+        "manager Ayo's nodes use hands them to the loop's executor as partial(copy_context().run, handler.on_x, ...)",
+    check=has_attr("langchain_core.callbacks.manager", "_ahandle_event_for_handler"))
+
+
+def is_sync_handler_event(fn: Any) -> bool:
+    """Whether an executor call is the async callback manager's dispatch of a sync handler's event."""
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    if not isinstance(fn, functools.partial) or not fn.args or getattr(fn.func, "__name__", None) != "run":
+        return False
+    return (isinstance(getattr(fn.func, "__self__", None), contextvars.Context)
+            and isinstance(getattr(fn.args[0], "__self__", None), BaseCallbackHandler))
 
 
 _STREAM_WHY = ("under astream/astream_events a lambda (and a composite Ayo splits into nodes) runs as stock's stream "

@@ -92,8 +92,9 @@ async def test_a_failure_inside_an_expansion_does_not_hang_its_expanded_node():
     assert finished == ["slow"]
 
 
-async def test_two_failures_while_draining_raise_the_first():
-    async def fails(msg: str, delay: float):
+def two_failing_steps(delays: tuple[float, float]) -> Graph:
+    """Steps a and b (in the graph's order) fail after ``delays``; join needs both."""
+    def fails(msg: str, delay: float):
         async def fn(ctx, x):
             await asyncio.sleep(delay)
             raise ValueError(msg)
@@ -102,9 +103,18 @@ async def test_two_failures_while_draining_raise_the_first():
 
     g = Graph("q", meta={"drain_on_failure": True})
     g.input("x")
-    g.add(Node("a", Op.TRANSFORM, fn=await fails("first", 0.0), inputs={"x": "x"}))
-    g.add(Node("b", Op.TRANSFORM, fn=await fails("second", 0.05), inputs={"x": "x"}))
+    g.add(Node("a", Op.TRANSFORM, fn=fails("a's error", delays[0]), inputs={"x": "x"}))
+    g.add(Node("b", Op.TRANSFORM, fn=fails("b's error", delays[1]), inputs={"x": "x"}))
     g.add(Node("join", Op.AGGREGATE, fn=lambda c, a, b: (a, b), inputs={"a": "a", "b": "b"}))
     g.output("join")
-    with pytest.raises(NodeFailed, match="first"):
-        await asyncio.wait_for(Runtime().run(g, {"x": "q"}), 5)
+    return g
+
+
+@pytest.mark.parametrize("delays", [(0.0, 0.05), (0.05, 0.0)])
+async def test_draining_raises_the_first_failing_step_in_order_not_in_time(delays: tuple[float, float]):
+    """Stock's sync parallel raises its first failing branch's error, a batch its first failing input's,
+    whichever failed first: the failure raised is the earliest node's in the graph (its lowering's order)."""
+    with pytest.raises(NodeFailed, match="a's error") as info:
+        await asyncio.wait_for(Runtime().run(two_failing_steps(delays), {"x": "q"}), 5)
+    assert info.value.node == "a"
+

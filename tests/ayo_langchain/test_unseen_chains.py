@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from operator import itemgetter
 from typing import Any
 
@@ -180,6 +181,52 @@ def test_steps_after_the_model_see_the_callers_context_under_every_call(fake_ser
             assert want[1] and set(want[1]) == {"req-42"}
     finally:
         REQUEST_ID.reset(token)
+
+
+class Threads(BaseCallbackHandler):
+    """Which thread each sync handler event ran on (a Streamlit handler writes nothing from another)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, bool]] = []
+
+    def _saw(self, what: str) -> None:
+        self.events.append((what, threading.get_ident() == CALLER))
+
+    def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+        self._saw(f"chain_start:{kwargs.get('name')}")
+
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        self._saw("chat_model_start")
+
+    def on_llm_new_token(self, token: str, **kwargs: Any) -> None:
+        self._saw("token")
+
+    def on_chain_end(self, outputs: Any, **kwargs: Any) -> None:
+        self._saw("chain_end")
+
+
+CALLER = threading.get_ident()
+
+
+def test_sync_handlers_run_on_the_callers_thread_under_invoke_and_stream(fake_server: Any) -> None:
+    """As stock, under sync invoke/stream a sync handler sees the chain's and the model's events (its
+    tokens: a Streamlit handler writes them) on the caller's thread (sweep 4: Ayo's nodes report through
+    async managers, which ran them in a pool thread). A sync step Ayo runs in a worker thread (a prompt,
+    a parser) reports its own run there, as docs/observability.md says."""
+    global CALLER
+    CALLER = threading.get_ident()
+    chain = ChatPromptTemplate.from_template("About {topic}") | fake_chat(fake_server) | StrOutputParser()
+    fast = ayo_langchain.optimize(chain)
+    for call in (lambda r, h: r.invoke(TOPICS[0], {"callbacks": [h]}),
+                 lambda r, h: list(r.stream(TOPICS[0], {"callbacks": [h]}))):
+        want, got = Threads(), Threads()
+        assert call(fast, got) == call(chain, want)
+        assert [what for what, _ in got.events] == [what for what, _ in want.events]
+        assert want.events and all(on_caller for _, on_caller in want.events)
+        steps = ("chain_start:ChatPromptTemplate", "chain_start:StrOutputParser")
+        model_and_chain = [on_caller for i, (what, on_caller) in enumerate(got.events)
+                           if what not in steps and not (what == "chain_end" and 0 < i < len(got.events) - 1)]
+        assert model_and_chain and all(model_and_chain)
 
 
 async def _only_async(x: dict) -> dict:
