@@ -51,6 +51,7 @@ class QueryRun:
         self.remaining = 0
         self.failure: NodeFailed | None = None
         self.expanded_to: dict[str, str] = {}  # expanded node -> its expansion's output
+        self.grown_by: dict[str, str] = {}  # a node an expansion added -> the expanded node
         self.doomed: set[str] | None = None  # draining after a failure: the nodes that will not run
         self.finished: asyncio.Future = loop.create_future()
         self.depths, self.slacks = rt.costs.analyse(graph)
@@ -128,8 +129,18 @@ class QueryRun:
             self.finished.set_exception(self.failure)
 
     def _earlier(self, node: str, than: str) -> bool:
+        """``node`` comes before ``than`` in the lowering's order: a node an expansion added stands where
+        the expanded node stands (the graph lists it last), then in the expansion's own order."""
         order = {name: i for i, name in enumerate(self.graph.nodes)}
-        return order.get(node, len(order)) < order.get(than, len(order))
+
+        def position(name: str) -> tuple[int, ...]:
+            path = [order.get(name, len(order))]
+            while name in self.grown_by:
+                name = self.grown_by[name]
+                path.append(order.get(name, len(order)))
+            return tuple(reversed(path))
+
+        return position(node) < position(than)
 
     def _drain(self, failed: str) -> None:
         """Cancel what ``failed`` dooms (``ayo_core.runtime.drain``); the rest runs to its end first."""
@@ -183,6 +194,7 @@ class QueryRun:
             new = grow(self.graph, node, expansion)
             self.depths, self.slacks = self.rt.costs.analyse(self.graph)
             for n in new:
+                self.grown_by[n.name] = node.name
                 self._spawn(n)
             self._set_state(node.name, NodeState.EXPANDED)
             self.expanded_to[node.name] = expansion.output

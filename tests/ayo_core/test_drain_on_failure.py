@@ -118,3 +118,25 @@ async def test_draining_raises_the_first_failing_step_in_order_not_in_time(delay
         await asyncio.wait_for(Runtime().run(two_failing_steps(delays), {"x": "q"}), 5)
     assert info.value.node == "a"
 
+
+
+async def test_a_failure_an_expansion_grew_stands_where_its_expanded_node_stands():
+    """The graph lists an expansion's nodes last; the first branch's expanded step still comes first."""
+    def plan(ctx, x):
+        async def inner(ctx, x):
+            await asyncio.sleep(0.05)
+            raise ValueError("the first branch's error")
+
+        return Expand([Node("inner", Op.TRANSFORM, fn=inner, inputs={"x": "x"})], "inner")
+
+    async def second(ctx, x):
+        raise ValueError("the second branch's error")
+
+    g = Graph("q", meta={"drain_on_failure": True})
+    g.input("x")
+    g.add(Node("plan", Op.TRANSFORM, fn=plan, inputs={"x": "x"}))
+    g.add(Node("second", Op.TRANSFORM, fn=second, inputs={"x": "x"}))
+    g.add(Node("join", Op.AGGREGATE, fn=lambda c, a, b: (a, b), inputs={"a": "plan", "b": "second"}))
+    g.output("join")
+    with pytest.raises(NodeFailed, match="the first branch's error"):
+        await asyncio.wait_for(Runtime().run(g, {"x": "q"}), 5)
