@@ -67,6 +67,17 @@ async def test_draining_cancels_optional_nodes_instead_of_waiting():
     assert finished == ["slow", "then"]
 
 
+def expanded_beside(plan, sibling) -> Graph:
+    """``plan`` (a step that expands) and ``sibling`` side by side, draining; join needs both."""
+    g = Graph("q", meta={"drain_on_failure": True})
+    g.input("x")
+    g.add(Node("plan", Op.TRANSFORM, fn=plan, inputs={"x": "x"}))
+    g.add(Node(sibling.__name__, Op.TRANSFORM, fn=sibling, inputs={"x": "x"}))
+    g.add(Node("join", Op.AGGREGATE, fn=lambda c, a, b: (a, b), inputs={"a": "plan", "b": sibling.__name__}))
+    g.output("join")
+    return g
+
+
 async def test_a_failure_inside_an_expansion_does_not_hang_its_expanded_node():
     finished: list[str] = []
 
@@ -81,14 +92,8 @@ async def test_a_failure_inside_an_expansion_does_not_hang_its_expanded_node():
 
         return Expand([Node("inner", Op.TRANSFORM, fn=inner_boom, inputs={"x": "x"})], "inner")
 
-    g = Graph("q", meta={"drain_on_failure": True})
-    g.input("x")
-    g.add(Node("plan", Op.TRANSFORM, fn=plan, inputs={"x": "x"}))
-    g.add(Node("slow", Op.TRANSFORM, fn=slow, inputs={"x": "x"}))
-    g.add(Node("join", Op.AGGREGATE, fn=lambda c, a, b: (a, b), inputs={"a": "plan", "b": "slow"}))
-    g.output("join")
     with pytest.raises(NodeFailed, match="inner"):
-        await asyncio.wait_for(Runtime().run(g, {"x": "q"}), 5)
+        await asyncio.wait_for(Runtime().run(expanded_beside(plan, slow), {"x": "q"}), 5)
     assert finished == ["slow"]
 
 
@@ -119,7 +124,6 @@ async def test_draining_raises_the_first_failing_step_in_order_not_in_time(delay
     assert info.value.node == "a"
 
 
-
 async def test_a_failure_an_expansion_grew_stands_where_its_expanded_node_stands():
     """The graph lists an expansion's nodes last; the first branch's expanded step still comes first."""
     def plan(ctx, x):
@@ -132,11 +136,5 @@ async def test_a_failure_an_expansion_grew_stands_where_its_expanded_node_stands
     async def second(ctx, x):
         raise ValueError("the second branch's error")
 
-    g = Graph("q", meta={"drain_on_failure": True})
-    g.input("x")
-    g.add(Node("plan", Op.TRANSFORM, fn=plan, inputs={"x": "x"}))
-    g.add(Node("second", Op.TRANSFORM, fn=second, inputs={"x": "x"}))
-    g.add(Node("join", Op.AGGREGATE, fn=lambda c, a, b: (a, b), inputs={"a": "plan", "b": "second"}))
-    g.output("join")
     with pytest.raises(NodeFailed, match="the first branch's error"):
-        await asyncio.wait_for(Runtime().run(g, {"x": "q"}), 5)
+        await asyncio.wait_for(Runtime().run(expanded_beside(plan, second), {"x": "q"}), 5)
