@@ -28,7 +28,7 @@ demo: setup
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# the default suite plus the long-answer tests (128 tokens, five-turn chats: about 10 more minutes here)
+# the default suite plus the long-answer tests (64-256 tokens, five-turn chats: about 25 more minutes here)
 test-long: setup
 	$(VENV)/bin/python -m pytest --long $(PYTEST_ARGS)
 

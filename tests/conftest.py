@@ -58,7 +58,7 @@ def transformers_llm_url() -> Iterator[str]:
 # ---- the opt-in long suite ---------------------------------------------------------------
 # Tests marked ``long`` (128-token answers on the real server, and five-turn conversations) are left
 # out of the default run, which CI bounds at 70 minutes; ``make test-long`` (pytest --long) runs them
-# too. The 256-token tests (one per pattern family, marked ``slow``) are in the default run.
+# too. Of the 256-token tests (marked ``slow``), one streamed pattern per adapter is in the default run.
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", help="also run the tests marked long (128-token answers)")
 

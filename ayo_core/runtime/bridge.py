@@ -284,10 +284,17 @@ async def in_thread(source: AsyncIterator[Any] | None,
     loop = asyncio.get_running_loop()
     inbox: queue.Queue = queue.Queue()
     outbox: asyncio.Queue = asyncio.Queue()
+    asked = asyncio.Event()
+
+    def ask() -> tuple[Any, BaseException | None]:
+        # the worker's pipeline paces the source, as stock's chain of generators is paced by its steps:
+        # the source makes its next item (and its model's callbacks) only after the steps handled the last
+        loop.call_soon_threadsafe(asked.set)
+        return inbox.get()
 
     def work() -> None:
         try:
-            for item in pipeline(_drain(inbox.get)):
+            for item in pipeline(_drain(ask)):
                 loop.call_soon_threadsafe(outbox.put_nowait, (item, None))
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             loop.call_soon_threadsafe(outbox.put_nowait, (_END, exc))
@@ -297,7 +304,14 @@ async def in_thread(source: AsyncIterator[Any] | None,
     async def pump() -> None:
         try:
             if source is not None:
-                async for item in source:
+                items = aiter(source)
+                while True:
+                    await asked.wait()
+                    asked.clear()
+                    try:
+                        item = await anext(items)
+                    except StopAsyncIteration:
+                        break
                     inbox.put((item, None))
         except BaseException as exc:  # noqa: BLE001 - raised inside the pipeline's iterator
             inbox.put((_END, exc))

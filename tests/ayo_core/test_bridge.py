@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -125,6 +126,31 @@ def test_in_thread_runs_the_sync_pipeline_in_a_worker() -> None:
 
     assert bridge.run_sync(collect()) == [0, 10, 20]
     assert workers and all(name != bridge.THREAD_NAME for name in workers)
+
+
+def test_in_thread_pipeline_paces_its_source() -> None:
+    """The source makes its next item only once the worker's steps ask for it, as stock's chain of
+    generators: a model's token callback for item 2 comes after the step handled item 1 (CI caught a
+    LangChain parser's start reported after the model's second token: the source ran one ahead)."""
+    log: list[str] = []
+
+    async def source() -> Any:
+        for i in range(3):
+            log.append(f"made {i}")
+            yield i
+            await asyncio.sleep(0.01)  # time to run ahead, had nothing paced it
+
+    def pipeline(items: Any) -> Any:
+        for x in items:
+            time.sleep(0.03)
+            log.append(f"handled {x}")
+            yield x
+
+    async def collect() -> list[int]:
+        return [x async for x in bridge.in_thread(source(), pipeline)]
+
+    assert bridge.run_sync(collect()) == [0, 1, 2]
+    assert log == ["made 0", "handled 0", "made 1", "handled 1", "made 2", "handled 2"]
 
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("REQUEST_ID", default="unset")

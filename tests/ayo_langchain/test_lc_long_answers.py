@@ -1,6 +1,7 @@
 """Long answers on the real server (issue 30 item 3): each pattern the adapter lowers, stock vs Ayo at
-256 output tokens in the default suite (marked ``slow``), and at 64 and 128 with ``make test-long`` (a
-greedy 256-token answer holds the shorter ones as its prefix, so CI runs the longest only), called
+64, 128 and 256 output tokens with ``make test-long``, and in the default suite the plain RAG chain at
+256 (marked ``slow``; a greedy 256-token answer holds the shorter ones as its prefix; the other
+patterns' 256-token cases left CI's run when it neared its 90 minutes), called
 (``invoke``) and streamed (``stream``: every chunk, in order, not only their concatenation; cut where
 stock's stream is cut, but for a server's merged events: ``tests/server_streams.py``). A difference
 late in a decode or at a stream boundary shows here, where the short-answer suites (16-48 tokens)
@@ -23,9 +24,9 @@ from tests.server_streams import assert_same_stream
 
 pytestmark = [pytest.mark.llm, pytest.mark.timeout(900)]
 QUESTION = "Explain in detail how to serialize a Python object to JSON and read it back."
-# the issue asks for at least 64 tokens (128 where the model writes that much) and 256 per pattern in CI
-LENGTHS = [pytest.param(64, marks=pytest.mark.long), pytest.param(128, marks=pytest.mark.long),
-           pytest.param(256, marks=pytest.mark.slow)]
+# issue 30 asks for at least 64 tokens (128 where the model writes that much) and asked for 256 per pattern
+# in CI; CI's 70 minutes now hold the plain RAG chain at 256, the others run in make test-long
+LENGTHS = (64, 128, 256)
 PROMPT = ChatPromptTemplate.from_messages([
     ("system", "You are an assistant for question-answering tasks. Use the retrieved context to answer."),
     ("human", "Question: {question}\nContext: {context}\nAnswer:"),
@@ -77,8 +78,13 @@ PATTERNS = {"rag": rag_chain, "multi_query": multi_query_chain, "compression": c
             "retrieval_chain": retrieval_chain}
 
 
-@pytest.mark.parametrize("tokens", LENGTHS)
-@pytest.mark.parametrize("pattern", sorted(PATTERNS))
+def cases() -> list[Any]:
+    """Each pattern at each length; only rag at 256 in the default suite (``slow``), the rest ``long``."""
+    return [pytest.param(p, n, id=f"{p}-{n}", marks=pytest.mark.slow if (p, n) == ("rag", 256) else pytest.mark.long)
+            for p in sorted(PATTERNS) for n in LENGTHS]
+
+
+@pytest.mark.parametrize(("pattern", "tokens"), cases())
 def test_long_answers_called_and_streamed(llm_url: str, vectorstore: Any, pattern: str, tokens: int) -> None:
     stock = PATTERNS[pattern](llm_url, vectorstore, tokens)
     fast = ayo_langchain.optimize(stock)
@@ -90,7 +96,7 @@ def test_long_answers_called_and_streamed(llm_url: str, vectorstore: Any, patter
     assert "".join(stock_chunks) == want
 
 
-@pytest.mark.parametrize("tokens", LENGTHS)
+@pytest.mark.parametrize("tokens", [pytest.param(n, marks=pytest.mark.long) for n in LENGTHS])
 def test_long_answers_with_history_and_map(llm_url: str, tokens: int) -> None:
     """A chat chain with memory (two turns, the second reading the first long answer back) and ``.map()``."""
     from langchain_core.chat_history import InMemoryChatMessageHistory

@@ -1,6 +1,7 @@
 """Long answers on the real server (issue 30 item 3): each pattern the adapter lowers, stock vs Ayo at
-256 output tokens in the default suite (marked ``slow``), and at 64 and 128 with ``make test-long`` (a
-greedy 256-token answer holds the shorter ones as its prefix, so CI runs the longest only): the text,
+64, 128 and 256 output tokens with ``make test-long``, and in the default suite the token-by-token
+stream at 256 (marked ``slow``; a greedy 256-token answer holds the shorter ones as its prefix; the
+other patterns' 256-token cases left CI's run when it neared its 90 minutes): the text,
 the source nodes, and for the streamed patterns every token in order (cut where stock's stream is cut,
 but for a server's merged events: ``tests/server_streams.py``). The short-answer suites (24-48 tokens)
 cannot see a difference late in a decode or at a stream boundary. One question per pattern, called
@@ -26,9 +27,10 @@ from tests.server_streams import assert_same_stream
 
 pytestmark = [pytest.mark.llm, pytest.mark.timeout(900)]
 QUESTION = "Explain in detail how to serialize a Python object to JSON and read it back."
-# the issue asks for at least 64 tokens (128 where the model writes that much) and 256 per pattern in CI
-LENGTHS = [pytest.param(64, marks=pytest.mark.long), pytest.param(128, marks=pytest.mark.long),
-           pytest.param(256, marks=pytest.mark.slow)]
+# issue 30 asks for at least 64 tokens (128 where the model writes that much) and asked for 256 per pattern
+# in CI; CI's 70 minutes now hold one streamed pattern at 256 (LENGTHS), the others run in make test-long
+LONG_ONLY = [pytest.param(n, marks=pytest.mark.long) for n in (64, 128, 256)]
+LENGTHS = [*LONG_ONLY[:2], pytest.param(256, marks=pytest.mark.slow)]
 MODES = ["compact", "refine", "tree_summarize", "accumulate", "generation"]
 
 
@@ -48,14 +50,14 @@ def check(stock: Any, fast: Any, tokens: int) -> None:
     assert long_enough(str(want), tokens), "the model ended its answer early: pick a question it answers at length"
 
 
-@pytest.mark.parametrize("tokens", LENGTHS)
+@pytest.mark.parametrize("tokens", LONG_ONLY)
 @pytest.mark.parametrize("mode", [m for m in MODES if m != "refine"])
 def test_synthesis_modes(llm_url: str, index: Any, mode: str, tokens: int) -> None:
     stock = index.as_query_engine(llm=make_llm(llm_url, tokens), similarity_top_k=2, response_mode=mode)
     check(stock, ayo_llamaindex.optimize(stock), tokens)
 
 
-@pytest.mark.parametrize("tokens", LENGTHS)
+@pytest.mark.parametrize("tokens", LONG_ONLY)
 def test_refine_long(llm_url: str, index: Any, tokens: int) -> None:
     stock = index.as_query_engine(llm=make_llm(llm_url, tokens), similarity_top_k=2, response_mode="refine")
     check(stock, ayo_llamaindex.optimize(stock), tokens)
@@ -76,7 +78,7 @@ def test_streamed_response_token_by_token(llm_url: str, index: Any, tokens: int)
     assert_same_stream(asyncio.run(tokens_of(fast)), asyncio.run(tokens_of(stock)))
 
 
-@pytest.mark.parametrize("tokens", LENGTHS)
+@pytest.mark.parametrize("tokens", LONG_ONLY)
 def test_fusion_refine(llm_url: str, index: Any, tokens: int) -> None:
     # no LLMRerank here: this model's choice lists rarely parse, so stock keeps no node and answers
     # "Empty Response" (the short-answer suites compare that); the refine chain's long answers are the point
@@ -88,14 +90,14 @@ def test_fusion_refine(llm_url: str, index: Any, tokens: int) -> None:
     check(stock, ayo_llamaindex.optimize(stock), tokens)
 
 
-@pytest.mark.parametrize("tokens", LENGTHS)
+@pytest.mark.parametrize("tokens", LONG_ONLY)
 def test_hyde(llm_url: str, index: Any, tokens: int) -> None:
     llm = make_llm(llm_url, tokens)
     stock = TransformQueryEngine(index.as_query_engine(llm=llm, similarity_top_k=2), HyDEQueryTransform(llm=llm))
     check(stock, ayo_llamaindex.optimize(stock), tokens)
 
 
-@pytest.mark.parametrize("tokens", LENGTHS)
+@pytest.mark.parametrize("tokens", LONG_ONLY)
 def test_chat_engine_streamed(llm_url: str, index: Any, tokens: int) -> None:
     """``condense_plus_context``: two turns, the second condensed from the first long answer, streamed."""
     def engine() -> Any:
