@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ayo_core.caller_code import running_ayo_code
-from ayo_core.runtime import caller_thread
+from ayo_core.runtime import caller_thread, chunks
 from ayo_core.runtime.errors import NodeFailed
 
 log = logging.getLogger(__name__)
@@ -304,14 +304,7 @@ async def in_thread(source: AsyncIterator[Any] | None,
     async def pump() -> None:
         try:
             if source is not None:
-                items = aiter(source)
-                while True:
-                    await asked.wait()
-                    asked.clear()
-                    try:
-                        item = await anext(items)
-                    except StopAsyncIteration:
-                        break
+                async for item in chunks.paced(source, asked):
                     inbox.put((item, None))
         except BaseException as exc:  # noqa: BLE001 - raised inside the pipeline's iterator
             inbox.put((_END, exc))

@@ -62,16 +62,21 @@ class PacedQueue(asyncio.Queue):
             self.demand.set()
         return await super().get()
 
-    async def paced(self, source: AsyncIterable[Any]) -> AsyncIterator[Any]:
-        it = aiter(source)
-        while True:
-            await self.demand.wait()
-            self.demand.clear()
-            try:
-                item = await anext(it)
-            except StopAsyncIteration:
-                return
-            yield item
+    def paced(self, source: AsyncIterable[Any]) -> AsyncIterator[Any]:
+        return paced(source, self.demand)
+
+
+async def paced(source: AsyncIterable[Any], demand: asyncio.Event) -> AsyncIterator[Any]:
+    """``source``'s items, each pulled only once ``demand`` is set (and cleared again): its consumer paces it."""
+    it = aiter(source)
+    while True:
+        await demand.wait()
+        demand.clear()
+        try:
+            item = await anext(it)
+        except StopAsyncIteration:
+            return
+        yield item
 
 
 async def drain_while_running(start: Callable[[], Awaitable[Any]], queue: asyncio.Queue) -> AsyncIterator[Any]:
