@@ -40,7 +40,6 @@ import asyncio
 import json
 import logging
 import time
-from collections import deque
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackHandler
@@ -48,14 +47,13 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config, set_config_context
 from langchain_core.tools import StructuredTool
 
-from ayo_core.runtime.owned import start_owned
+from ayo_core.runtime.early_starts import EarlyStarts
 from ayo_langchain import engines as eng
 from ayo_langchain.agent_warm import NextCallWarmer, NextCallWarms
 from ayo_shims import langgraph as lg
 from ayo_shims import openai_client
 
 log = logging.getLogger(__name__)
-MAX_UNTAKEN = 1024  # early starts kept for the tools node; older ones (never taken) are dropped
 
 
 def eligible(tool: Any) -> bool:
@@ -67,18 +65,17 @@ def eligible(tool: Any) -> bool:
     return isinstance(fields, dict) and fields.keys() == getattr(call_schema, "model_fields", {}).keys()
 
 
-class EarlyToolCalls:
+class EarlyToolCalls(EarlyStarts):
     """The tool calls of one optimized agent started from the model's stream, by tool call id."""
 
     def __init__(self, tools: dict[str, Any], agent_name: str | None = None) -> None:
+        super().__init__()
         self.tools = tools  # name -> the user's (eligible) tool
         self.warms = NextCallWarms(agent_name)  # the next model call's warm-ups (agent_warm)
-        self.started: dict[str, asyncio.Future] = {}
-        self.log: deque[dict[str, Any]] = deque(maxlen=256)  # what explain() and the benchmarks show
 
-    def start(self, call: dict[str, Any], message_run: Any) -> None:
+    def start_call(self, call: dict[str, Any], message_run: Any) -> None:
         tool = self.tools.get(call["name"])
-        if tool is None or not call.get("id") or call["id"] in self.started:
+        if tool is None or not call.get("id") or call["id"] in self:
             return
         try:  # the tool's own schema, as its ainvoke validates them
             validated = tool.args_schema.model_validate(call["args"])
@@ -86,11 +83,8 @@ class EarlyToolCalls:
             return
         kwargs = {k: getattr(validated, k) for k in call["args"] if k in tool.args_schema.model_fields}
         run = tool.coroutine(**kwargs) if tool.coroutine is not None else asyncio.to_thread(tool.func, **kwargs)
-        self.started[call["id"]] = start_owned(run, f"tool: {call['name']}")
-        while len(self.started) > MAX_UNTAKEN:  # starts no tools node took (the model call failed after them)
-            self.started.pop(next(iter(self.started)))
-        self.log.append({"id": call["id"], "tool": call["name"], "started": time.perf_counter(),
-                         "message_run": message_run, "message_end": None})
+        self.start(call["id"], run, f"tool: {call['name']}", id=call["id"], tool=call["name"],
+                   message_run=message_run, message_end=None)
 
     def message_ended(self, message_run: Any) -> None:
         now = time.perf_counter()
@@ -98,8 +92,8 @@ class EarlyToolCalls:
             if entry["message_run"] == message_run and entry["message_end"] is None:
                 entry["message_end"] = now
 
-    def take(self, call_id: Any) -> asyncio.Future | None:
-        return self.started.pop(call_id, None) if isinstance(call_id, str) else None
+    def take_call(self, call_id: Any) -> asyncio.Future | None:
+        return self.take(call_id) if isinstance(call_id, str) else None
 
     def started_before_message_end(self) -> list[tuple[str, float]]:
         """(tool, seconds before its model message ended) of every early start logged."""
@@ -147,7 +141,7 @@ class ToolCallWatcher(AsyncCallbackHandler):
         except ValueError:
             return
         if isinstance(args, dict):
-            self.early.start({"name": call["name"], "args": args, "id": call["id"]}, run_id)
+            self.early.start_call({"name": call["name"], "args": args, "id": call["id"]}, run_id)
 
 
 def routed_model_node(node: Any) -> tuple[Any, Any] | None:
@@ -233,7 +227,7 @@ def early_tool(tool: StructuredTool, early: EarlyToolCalls) -> StructuredTool:
     cls = type(tool)
 
     async def ainvoke(self: Any, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        started = early.take(input.get("id")) if isinstance(input, dict) else None
+        started = early.take_call(input.get("id")) if isinstance(input, dict) else None
         if started is None:
             return await cls.ainvoke(self, input, config, **kwargs)
 

@@ -22,11 +22,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from collections import deque
 from typing import Any
 
-from ayo_core.runtime.owned import start_owned
+from ayo_core.runtime.early_starts import EarlyStarts
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +49,13 @@ def _key(name: str, kwargs: dict) -> tuple[str, str]:
     return name, json.dumps(kwargs, sort_keys=True, default=str)
 
 
-class EarlyToolStarts:
-    """The tool calls of one optimized run started from its agents' streams, until ``call_tool`` takes them."""
+class EarlyToolStarts(EarlyStarts):
+    """The tool calls of one optimized run started from its agents' streams (by tool and arguments), until
+    ``call_tool`` takes them."""
 
     def __init__(self) -> None:
-        self.started: dict[tuple[str, str], list[asyncio.Future]] = {}
+        super().__init__()
         self._seen: set[str] = set()
-        self.log: deque[dict[str, Any]] = deque(maxlen=256)  # what explain() and the benchmark show
 
     def observe(self, tool_calls: list[Any], tools: list[Any]) -> None:
         """An ``AgentStream`` event's calls so far: every one but the last has complete arguments."""
@@ -69,18 +67,14 @@ class EarlyToolStarts:
             tool = by_name.get(call.tool_name)
             if not eligible(tool, call.tool_kwargs):
                 continue
-            task = start_owned(tool.acall(**call.tool_kwargs), f"tool: {call.tool_name}")
-            task.add_done_callback(_retrieve)  # taken by call_tool, or never (a stream that failed)
-            self.started.setdefault(_key(call.tool_name, call.tool_kwargs), []).append(task)
-            self.log.append({"tool": call.tool_name, "tool_id": call.tool_id, "started": time.perf_counter()})
+            self.start(_key(call.tool_name, call.tool_kwargs), tool.acall(**call.tool_kwargs),
+                       f"tool: {call.tool_name}", tool=call.tool_name, tool_id=call.tool_id)
             log.debug("Ayo: started tool %s (%s) from the model's stream", call.tool_name, call.tool_id)
 
-    def take(self, tool: Any, tool_input: dict) -> StartedTool | None:
+    def take_tool(self, tool: Any, tool_input: dict) -> StartedTool | None:
         """A stand-in for ``tool`` when a call with these arguments already started (None: run it)."""
-        waiting = self.started.get(_key(tool.metadata.name, tool_input))
-        if not waiting:
-            return None
-        return StartedTool(tool, waiting.pop(0))
+        task = self.take(_key(tool.metadata.name, tool_input))
+        return None if task is None else StartedTool(tool, task)
 
 
 class StartedTool:
@@ -110,8 +104,3 @@ class ObservingContext:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ctx, name)
-
-
-def _retrieve(task: asyncio.Future) -> None:
-    if not task.cancelled():
-        task.exception()

@@ -261,7 +261,7 @@ def _observe_stream(agent: Any, ctx: Any, tools: Any) -> Any:
 
 def _started_tool(tool: Any, tool_input: dict) -> Any:
     run = _RUN.get()
-    return None if run is None else run.early_tools.take(tool, tool_input)
+    return None if run is None else run.early_tools.take_tool(tool, tool_input)
 
 
 @once
