@@ -47,9 +47,10 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config, set_config_context
 from langchain_core.tools import StructuredTool
 
+from ayo_core.engines.next_call_warming import NextCallWarms
 from ayo_core.runtime.early_starts import EarlyStarts
 from ayo_langchain import engines as eng
-from ayo_langchain.agent_warm import NextCallWarmer, NextCallWarms
+from ayo_langchain.agent_warm import NextCallWarmer
 from ayo_shims import langgraph as lg
 from ayo_shims import openai_client
 
@@ -71,7 +72,8 @@ class EarlyToolCalls(EarlyStarts):
     def __init__(self, tools: dict[str, Any], agent_name: str | None = None) -> None:
         super().__init__()
         self.tools = tools  # name -> the user's (eligible) tool
-        self.warms = NextCallWarms(agent_name)  # the next model call's warm-ups (agent_warm)
+        self.agent_name = agent_name  # the name the agent gives its model's messages
+        self.warms = NextCallWarms()  # the next model call's warm-ups (agent_warm)
 
     def start_call(self, call: dict[str, Any], message_run: Any) -> None:
         tool = self.tools.get(call["name"])
@@ -207,7 +209,7 @@ class EarlyToolsModelNode(Runnable):
         if self.early.tools and lg.makes_model_stream(callbacks):
             manager.add_handler(ToolCallWatcher(self.early), inherit=True)
         # after the watcher: at the message's end, the last tool call starts before the warm-up does
-        manager.add_handler(NextCallWarmer(self.early.warms), inherit=True)
+        manager.add_handler(NextCallWarmer(self.early.warms, self.early.agent_name), inherit=True)
         watched: RunnableConfig = {**config, "callbacks": manager}
         # the agent's node code calls its model with the config of the running context (LangGraph set the
         # node's): run it in a context whose config carries the watcher, as LangGraph runs a node

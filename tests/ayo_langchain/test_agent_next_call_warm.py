@@ -244,7 +244,7 @@ def test_a_cpu_server_is_not_warmed() -> None:
 
 
 def test_a_failed_warm_up_changes_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="ayo_langchain.agent_warm"):
+    with caplog.at_level(logging.DEBUG, logger="ayo_core.engines.next_call_warming"):
         _, _, fast, stub, _ = stock_and_fast("create_agent", False, tokenize_status=500)
     assert stub.posts("/tokenize") and not stub.posts("/v1/completions")
     assert fast.ayo_plan.early_tools.warms.log[-1]["outcome"].startswith("failed:")
