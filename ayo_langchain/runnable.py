@@ -20,7 +20,6 @@ very exception the stock chain raises.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -34,6 +33,7 @@ from langchain_core.runnables.config import (
 from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 
 from ayo_core.graph import Graph
+from ayo_core.identity_cache import IdentityLRU
 from ayo_core.pipeline import OptimizedPipeline, Options
 from ayo_core.runtime import (
     LoopRuntimes,
@@ -111,7 +111,9 @@ class Plan:
         for m in cap.walk(self.root):
             m.wrappers = m.wrappers[len(self.top_wrappers):]
         self.routed: dict[int, Any] = {}
-        self._dynamic: OrderedDict[int, tuple[Any, cap.Module]] = OrderedDict()
+        # runnables met at run time: a routing function may build a new one per call, so only the
+        # most recent captures are kept (and their models forgotten from ``routed`` when dropped)
+        self._dynamic: IdentityLRU[cap.Module] = IdentityLRU(DYNAMIC_CACHE, on_evict=self._forget)
         self.llm_endpoint: tuple[str, str] | None = None
         self.embed_folder: Any = None  # engines.embedding_identity of the embeddings self.embed serves
         self.llm: Any = None
@@ -174,22 +176,19 @@ class Plan:
     # ---- discovery ------------------------------------------------------------------
     def capture(self, runnable: Any) -> cap.Module:
         """Capture a runnable met at run time (a branch arm, a routing function's choice)."""
-        hit = self._dynamic.get(id(runnable))
-        if hit is not None and hit[0] is runnable:
-            self._dynamic.move_to_end(id(runnable))
-            return hit[1]
+        return self._dynamic.get(runnable, self._capture_new)
+
+    def _capture_new(self, runnable: Any) -> cap.Module:
         module = self.capturer.capture(runnable)
         had = (self.llm, self.embed)
         self._register(module, discover=self.own_runtime)
         if (self.llm, self.embed) != had:  # first engines met at run time (a routing function's choice)
             self.runtimes.add_engines(self.engines(), self.scheduler_configs())
-        self._dynamic[id(runnable)] = (runnable, module)  # keeps runnable alive: ids stay unique
-        # A routing function may build a new runnable per call: keep the most recent ones only.
-        while len(self._dynamic) > DYNAMIC_CACHE:
-            _, (_, old) = self._dynamic.popitem(last=False)
-            for m in cap.walk(old):
-                self.routed.pop(id(m), None)
         return module
+
+    def _forget(self, _runnable: Any, module: cap.Module) -> None:
+        for m in cap.walk(module):
+            self.routed.pop(id(m), None)
 
     def _register(self, module: cap.Module, discover: bool) -> None:
         for m in cap.walk(module):

@@ -20,15 +20,14 @@ lowered through :mod:`ayo_llamaindex.retrieval` even when it is a ``VectorIndexR
 retrieval reuses it as stock's does. Lowering it would move that one embedding onto Ayo's engine and
 gain nothing measurable, while the Opaque node keeps its spans, events and errors the retriever's own.
 
-The chosen engine's stand-in is built on first use and kept in a bounded LRU (:class:`EngineCache`),
-which holds the engine itself beside it: a function that builds a new engine per call can neither grow
+The chosen engine's stand-in is built on first use and kept in a bounded LRU
+(:class:`~ayo_core.identity_cache.IdentityLRU`), which holds the engine itself beside it: a function that builds a new engine per call can neither grow
 the cache without limit nor, once an engine is collected, hand its reused ``id()`` the wrong stand-in.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +37,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
+from ayo_core.identity_cache import IdentityLRU
 from ayo_core.introspect import overrides_reason
 from ayo_llamaindex import events, spans
 from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, retrieve_then_route, tool_engine
@@ -51,47 +51,18 @@ RETRIEVER_REASON = ("the engine's retriever (of nodes that stand for query engin
 ENGINE_CACHE_SIZE = 64  # distinct chosen engines kept optimized; a routing function has a handful
 
 
-class EngineCache:
-    """The optimized stand-ins of the engines ``node_to_query_engine_fn`` returned, least recently used
-    dropped past ``size``. Each entry holds its engine, so an ``id()`` in the cache is never a collected
-    engine's; a hit is checked by identity all the same."""
-
-    def __init__(self, policy: str, size: int = ENGINE_CACHE_SIZE) -> None:
-        self.policy, self.size = policy, size
-        self._entries: OrderedDict[int, tuple[Any, ToolQueryEngine]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def standins(self) -> list[ToolQueryEngine]:
-        """The stand-ins kept, least recently used first."""
-        return [standin for _engine, standin in self._entries.values()]
-
-    def get(self, query_engine: Any) -> ToolQueryEngine:
-        """``query_engine``'s stand-in, built on first use (runs on Ayo's loop: no lock needed)."""
-        key = id(query_engine)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] is query_engine:
-            self._entries.move_to_end(key)
-            return entry[1]
-        standin = tool_engine(query_engine, self.policy)
-        self._entries[key] = (query_engine, standin)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-        return standin
-
-
 @dataclass
 class RetrieverRouterPlan:
     obj: Any
     parts: dict[str, Any]
     policy: str
-    engines: EngineCache = field(init=False)
+    # the stand-ins of the engines ``node_to_query_engine_fn`` returned, least recently used first
+    engines: IdentityLRU[ToolQueryEngine] = field(init=False, default_factory=lambda: IdentityLRU(ENGINE_CACHE_SIZE))
     kind: str = "retriever_router"
 
-    def __post_init__(self) -> None:
-        self.engines = EngineCache(self.policy)
+    def standin(self, query_engine: Any) -> ToolQueryEngine:
+        """``query_engine``'s optimized stand-in, built on first use (runs on Ayo's loop: no lock needed)."""
+        return self.engines.get(query_engine, lambda engine: tool_engine(engine, self.policy))
 
     def llm_bindings(self) -> list[LLMBinding]:
         return []  # the engine has no model of its own: the chosen engines' stand-ins bind theirs
@@ -130,7 +101,7 @@ def _route_fn(plan: RetrieverRouterPlan) -> Any:
         """``RetrieverRouterQueryEngine._query`` after the retrieval (its errors, then the engine's query)."""
         node = chosen_node(nodes)
         # the user's function may build an engine (or do I/O): a worker thread keeps the shared loop free
-        engine = plan.engines.get(await asyncio.to_thread(to_engine, node))
+        engine = plan.standin(await asyncio.to_thread(to_engine, node))
         return await engine.aquery_in_graph(query, async_call=False)  # stock's sync query(), its spans
 
     return route
@@ -159,7 +130,7 @@ class OptimizedRetrieverRouterQueryEngine(ComposedQueryEngine):
                  f"  retriever: Opaque ({type(self._plan.parts['retriever']).__name__})",
                  f"  engine: ToolCall ({getattr(to_engine, '__name__', type(to_engine).__name__)} on the one "
                  "retrieved node, then that engine, optimized)"]
-        if chosen := self._plan.engines.standins():  # known only once queries ran: the function picks them
+        if chosen := self._plan.engines.values():  # known only once queries ran: the function picks them
             lines.append(f"  engines chosen so far: {', '.join(type(e.stock).__name__ for e in chosen)}")
         return explanation(f"Ayo plan for {type(self._stock).__name__}", graph=self.graph, trace=self.last_trace,
                            modules=[(type(self._stock).__name__, "QueryEngine")], opaque=self._plan.opaque_modules(),

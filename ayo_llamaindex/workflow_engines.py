@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable
 from typing import Any
 
 from ayo_core.graph import Graph
+from ayo_core.identity_cache import IdentityLRU
 from ayo_core.pipeline import OptimizedPipeline, Options
 from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_llamaindex.capture import QueryEnginePlan, capture_retriever
@@ -92,7 +92,7 @@ class StepQueryEngines:
 
     def __init__(self, policy: str) -> None:
         self._policy = policy
-        self._by_engine: OrderedDict[int, tuple[Any, Any]] = OrderedDict()  # id -> (object, its stand-in or None)
+        self._by_engine: IdentityLRU[Any] = IdentityLRU(_KEPT_ENGINES)  # object -> its stand-in or None
         self.served: dict[str, int] = {}  # step -> queries and retrievals Ayo's graphs answered
         self.not_lowered: dict[str, str] = {}  # engine or retriever type -> why its calls run as stock
 
@@ -102,22 +102,11 @@ class StepQueryEngines:
 
         if isinstance(engine, OptimizedQueryEngine):
             return None  # already the user's optimized engine: its own aquery runs it
-        return self._kept(engine, self._capture)
+        return self._by_engine.get(engine, self._capture)
 
     def lowered_retriever(self, retriever: Any) -> StepRetriever | None:
         """The lowered stand-in of ``retriever`` (None: its retrievals run as stock)."""
-        return self._kept(retriever, self._capture_retriever)
-
-    def _kept(self, obj: Any, capture: Any) -> Any:
-        hit = self._by_engine.get(id(obj))
-        if hit is not None and hit[0] is obj:
-            self._by_engine.move_to_end(id(obj))
-            return hit[1]
-        lowered = capture(obj)
-        self._by_engine[id(obj)] = (obj, lowered)
-        while len(self._by_engine) > _KEPT_ENGINES:
-            self._by_engine.popitem(last=False)
-        return lowered
+        return self._by_engine.get(retriever, self._capture_retriever)
 
     def _capture_retriever(self, retriever: Any) -> StepRetriever | None:
         name = type(retriever).__name__

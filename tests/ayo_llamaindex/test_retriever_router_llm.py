@@ -38,5 +38,5 @@ def test_same_answers_as_stock(llm_url: str, index: Any, embed_model: Any, quest
     assert isinstance(fast, OptimizedRetrieverRouterQueryEngine)
     assert_same(stock.query(question), fast.query(question))
     assert_same(asyncio.run(stock.aquery(question)), asyncio.run(fast.aquery(question)))
-    [chosen] = fast.plan.engines.standins()  # the chosen engine's stand-in, built once for both paths
+    [chosen] = fast.plan.engines.values()  # the chosen engine's stand-in, built once for both paths
     assert chosen.last_trace.engine_calls  # its synthesis went through Ayo's LLM engine

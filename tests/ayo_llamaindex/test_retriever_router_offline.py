@@ -20,7 +20,7 @@ from llama_index.core.schema import TextNode
 
 import ayo_llamaindex
 from ayo_llamaindex.query_engine import OptimizedQueryEngine
-from ayo_llamaindex.retriever_router import EngineCache, OptimizedRetrieverRouterQueryEngine
+from ayo_llamaindex.retriever_router import OptimizedRetrieverRouterQueryEngine, RetrieverRouterPlan
 from tests.ayo_llamaindex.li_helpers import QUESTIONS, assert_same
 from tests.ayo_llamaindex.test_events_retries_lifecycle import make_llm
 from tests.ayo_llamaindex.test_spans import server, span_tree, traced  # noqa: F401 - fixtures and the recorder
@@ -149,10 +149,11 @@ def test_a_subclass_overriding_query_stays_opaque_with_a_warning(server: Any, tr
 
 
 def test_the_engine_cache_is_bounded_and_keeps_its_engines(server: Any, traced: Any) -> None:  # noqa: F811
-    cache = EngineCache("critical_path", size=2)
+    plan = RetrieverRouterPlan(None, {}, "critical_path")
+    plan.engines.maxsize = 2
     a, b, c = (engines(traced, server.url)["encoding"] for _ in range(3))
-    first = cache.get(a)
-    assert cache.get(a) is first and first.stock is a
-    cache.get(b)
-    cache.get(c)  # a, the least recently used, goes
-    assert len(cache) == 2 and cache.get(a) is not first
+    first = plan.standin(a)
+    assert plan.standin(a) is first and first.stock is a
+    plan.standin(b)
+    plan.standin(c)  # a, the least recently used, goes
+    assert len(plan.engines) == 2 and plan.standin(a) is not first
