@@ -4,7 +4,8 @@ Each row comes from the adapter's own decision for one object of the class: ``sy
 the synthesizer ``get_response_synthesizer`` builds for every ``ResponseMode``,
 ``postprocessor_kind`` and ``LOCAL_TEMPLATES`` for every class ``llama_index.core.postprocessor``
 exports, ``retriever_kind`` for ``llama_index.core.retrievers``, the composed engines'
-``not_lowered_reason`` and ``capture_query_engine`` for ``llama_index.core.query_engine``, and
+``not_lowered_reason`` (from ``composed_engines.COMPOSED_ENGINES``, the table ``optimize`` dispatches
+through, which holds their rows' text too) and ``capture_query_engine`` for ``llama_index.core.query_engine``, and
 ``recognize_chat_engine`` for ``llama_index.core.chat_engine``. A decision that reads only the type
 runs on a :func:`~ayo_core.coverage.probe`; one that reads fields runs on a small real object
 (``EXAMPLES``). What flips a state with the construction (``streaming=True``, a subclass overriding
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import llama_index.core.chat_engine as li_chat_engines
 import llama_index.core.postprocessor as li_postprocessors
@@ -27,10 +28,6 @@ from llama_index.core.chat_engine.types import BaseChatEngine
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import (
     RetrieverQueryEngine,
-    RetrieverRouterQueryEngine,
-    RouterQueryEngine,
-    SubQuestionQueryEngine,
-    ToolRetrieverRouterQueryEngine,
     TransformQueryEngine,
 )
 from llama_index.core.response_synthesizers import ResponseMode, get_response_synthesizer
@@ -38,10 +35,11 @@ from pydantic import BaseModel
 
 from ayo_core.coverage import CoverageRow, exported_classes, probe, row
 from ayo_core.modules import OPAQUE
-from ayo_llamaindex import postprocess, retriever_router, router, sub_question, tool_router, transform, wrapper_engines
+from ayo_llamaindex import postprocess, wrapper_engines
 from ayo_llamaindex.capture import PostprocessorPlan, RetrieverPlan, capture_query_engine, capture_synthesizer
 from ayo_llamaindex.chat_engine_capture import MODES as CHAT_MODES
 from ayo_llamaindex.chat_engine_capture import recognize_chat_engine
+from ayo_llamaindex.composed_engines import composed_engine
 from ayo_llamaindex.retrieval import retriever_kind
 from ayo_shims import llamaindex as shim
 from ayo_shims import llamaindex_engines as eng
@@ -114,45 +112,6 @@ ENGINE_ROWS = {
 }
 
 
-class ComposedEngine(NamedTuple):
-    """A query engine ``optimize`` hands to its own stand-in (``composed_engines.optimize_composed``)."""
-
-    base: type
-    not_lowered_reason: Callable[[Any], str | None]
-    mirrored: tuple[str, ...]
-    template: str
-    why: str
-
-
-# optimize()'s order for a query engine (ayo_llamaindex.optimize -> composed_engines.optimize_composed):
-# the composed engines first, each with its own check, then capture_query_engine for any other
-COMPOSED_ENGINES: tuple[ComposedEngine, ...] = (
-    ComposedEngine(SubQuestionQueryEngine, sub_question.not_lowered_reason, eng.SUBQ_MIRRORED,
-                   "LLMCall (question_gen, streamed) -> ToolCall per sub-question -> Synthesis",
-                   "each sub-question answered by its tool's engine (optimized) as soon as the generator's stream "
-                   "completes it; a generator or synthesizer Ayo does not reproduce runs as the user's object in "
-                   "its node"),
-    ComposedEngine(RouterQueryEngine, router.not_lowered_reason, eng.ROUTER_MIRRORED,
-                   "LLMCall (select) -> ToolCall (chosen engines) -> Synthesis",
-                   "the selector's decode on Ayo's engine, the chosen engines (optimized) all at once, several "
-                   "answers combined by its summarizer; a Pydantic*Selector (tool calling) runs as the user's "
-                   "object in its node"),
-    ComposedEngine(ToolRetrieverRouterQueryEngine, tool_router.not_lowered_reason, eng.TOOL_ROUTER_MIRRORED,
-                   "Opaque (tool retriever) -> ToolCall (retrieved engines) -> Synthesis",
-                   "the retrieved tools' engines (optimized) all at once (stock's sync query runs them one after "
-                   "another), several answers combined by its summarizer, lowered; its ObjectRetriever runs as the "
-                   "user's object in its node"),
-    ComposedEngine(RetrieverRouterQueryEngine, retriever_router.not_lowered_reason, eng.RETRIEVER_ROUTER_MIRRORED,
-                   "Opaque (retriever) -> ToolCall (the node's engine)",
-                   "the one retrieved node mapped to its engine by the user's node_to_query_engine_fn, that engine "
-                   "optimized (its sync query on both paths, as stock's _aquery calls _query); the retriever runs "
-                   "as the user's object in its node"),
-    ComposedEngine(TransformQueryEngine, transform.not_lowered_reason, eng.TRANSFORM_MIRRORED,
-                   "LLMCall (HyDE) + query embedding -> ToolCall (the engine)",
-                   "HyDEQueryTransform's decode on Ayo's engine (stock's async path blocks the caller's loop on it), "
-                   "the original query embedded while it decodes (include_original=True), then the engine "
-                   "optimized; another transform runs as the user's object in its node"),
-)
 CHAT_TEMPLATES = {  # by the mode recognize_chat_engine names (a mode missing here fails coverage())
     "condense_plus_context": "LLMCall (condense) -> Retrieval -> Synthesis(mode=compact)",
     "context": "Retrieval -> Synthesis(mode=compact)",
@@ -349,11 +308,10 @@ def query_engine_row(cls: type, engine: Any) -> CoverageRow:
         why = f"{base_why}{SOURCES_AT_ONCE if at_once else ''}"
         return row(FRAMEWORK, group, cls, f"{loop} -> ({inner_row.template})",
                    f"{why} (here a {type(inner).__name__}: {inner_row.state})")
-    for composed in COMPOSED_ENGINES:
-        if isinstance(engine, composed.base):
-            if reason := composed.not_lowered_reason(engine):
-                return row(FRAMEWORK, group, cls, OPAQUE, reason)
-            return row(FRAMEWORK, group, cls, composed.template, f"{composed.why}; {_subclass_note(composed.mirrored)}")
+    if composed := composed_engine(engine):  # optimize()'s own first choice for a query engine
+        if reason := composed.not_lowered_reason(engine):
+            return row(FRAMEWORK, group, cls, OPAQUE, reason)
+        return row(FRAMEWORK, group, cls, composed.template, f"{composed.why}; {_subclass_note(composed.mirrored)}")
     plan = capture_query_engine(engine)
     if plan.kind == "opaque":
         return row(FRAMEWORK, group, cls, OPAQUE, plan.reason)

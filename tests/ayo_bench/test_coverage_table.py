@@ -89,36 +89,30 @@ def test_flipping_a_langchain_recognizer_changes_the_table(rows, monkeypatch) ->
                for line in diff), diff
 
 
-def test_composed_engines_are_optimize_composeds_order(rows, monkeypatch) -> None:
-    """``COMPOSED_ENGINES`` restates ``composed_engines.optimize_composed``'s isinstance chain: both send
-    every exported query engine class to the same stand-in."""
+def test_optimize_composed_dispatches_through_the_coverage_table(rows, monkeypatch) -> None:
+    """``optimize_composed`` and the coverage rows read one table (``composed_engines.COMPOSED_ENGINES``):
+    every exported query engine class goes to the stand-in of the first entry it is an instance of, or to
+    the opaque engine when that entry's check gives a reason, and the five composed engines are its entries."""
     import llama_index.core.query_engine as li_query_engines
     from llama_index.core.base.base_query_engine import BaseQueryEngine
 
     from ayo_core.coverage import exported_classes
-    from ayo_llamaindex import (
-        composed_engines,
-        coverage,
-        retriever_router,
-        router,
-        sub_question,
-        tool_router,
-        transform,
-    )
+    from ayo_llamaindex import composed_engines
 
-    monkeypatch.setattr(sub_question, "OptimizedSubQuestionQueryEngine", lambda *_a, **_k: "sub_question")
-    monkeypatch.setattr(router, "OptimizedRouterQueryEngine", lambda *_a, **_k: "router")
-    monkeypatch.setattr(tool_router, "OptimizedToolRetrieverRouterQueryEngine", lambda *_a, **_k: "tool_router")
-    monkeypatch.setattr(retriever_router, "OptimizedRetrieverRouterQueryEngine",
-                        lambda *_a, **_k: "retriever_router")
-    monkeypatch.setattr(transform, "OptimizedTransformQueryEngine", lambda *_a, **_k: "transform")
-    monkeypatch.setattr(composed_engines, "OptimizedQueryEngine", lambda *_a, **_k: "opaque")
     names = ("sub_question", "router", "tool_router", "retriever_router", "transform")
-    bases = {c.base: name for c, name in zip(coverage.COMPOSED_ENGINES, names, strict=True)}
+    table = composed_engines.COMPOSED_ENGINES
+    assert tuple(c.base for c in table) == (
+        li_query_engines.SubQuestionQueryEngine, li_query_engines.RouterQueryEngine,
+        li_query_engines.ToolRetrieverRouterQueryEngine, li_query_engines.RetrieverRouterQueryEngine,
+        li_query_engines.TransformQueryEngine)
+    named = tuple(c._replace(build=lambda *_a, _name=name, **_k: _name) for c, name in zip(table, names, strict=True))
+    monkeypatch.setattr(composed_engines, "COMPOSED_ENGINES", named)
+    monkeypatch.setattr(composed_engines, "OptimizedQueryEngine", lambda *_a, **_k: "opaque")
     for cls in exported_classes(li_query_engines, BaseQueryEngine):
         engine = probe(cls)
-        ours = next((name for base, name in bases.items() if isinstance(engine, base)), None)
-        assert composed_engines.optimize_composed(engine, "fifo") == ours, cls
+        entry = next((c for c in named if isinstance(engine, c.base)), None)
+        want = None if entry is None else "opaque" if entry.not_lowered_reason(engine) is not None else entry.build()
+        assert composed_engines.optimize_composed(engine, "fifo") == want, cls
 
 
 def test_check_fails_with_the_fix_when_the_doc_is_stale(tmp_path, rows, capsys, monkeypatch) -> None:
