@@ -32,6 +32,7 @@ from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig
 
 from ayo_core.runtime.errors import Captured, capturing
+from ayo_core.runtime.pipelined import streamed_lines
 from ayo_core.templates import Aggregate, Opaque, StepRetrieval, Transform
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
@@ -155,8 +156,8 @@ def line_parts(parser: Any) -> Callable[[Any], list[str]]:
     def parts(value: Any) -> list[str]:
         if not isinstance(value, str):
             return list(parser.invoke(value))
-        segments = value.lstrip().split("\n")
-        return [s for s in segments[:-1] if s] + [segments[-1]]
+        finished, growing = streamed_lines(value)  # whitespace stripped at the start, empty lines dropped
+        return [*finished, growing]
 
     return parts
 

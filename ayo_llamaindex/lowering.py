@@ -345,8 +345,8 @@ def _lower_fusion(g: Graph, plan: RetrieverPlan, assign: EngineAssignment, query
 
     def streaming_parts(text: str) -> list[str]:
         # finished lines, then the line still being decoded (the runtime holds back the last part)
-        lines = text.lstrip("`").split("\n")
-        return retrieval.finished_queries(r, text) + [lines[-1]]
+        finished, growing = retrieval.fusion_lines(r, text)
+        return [*finished, growing]
 
     # a verbose retriever prints every line the LLM wrote, so its decode runs to the end as in stock
     keep = None if shim.retriever_verbose(r) or r.num_queries <= 1 else r.num_queries - 1

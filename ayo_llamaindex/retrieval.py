@@ -34,7 +34,7 @@ from ayo_core.engines.llm_client import StopStream
 from ayo_core.introspect import overrides_reason
 from ayo_core.runtime.caller import call_stock, in_async_call
 from ayo_core.runtime.owned import start_owned
-from ayo_core.runtime.pipelined import PipelinedParts
+from ayo_core.runtime.pipelined import PipelinedParts, streamed_lines
 from ayo_shims import llamaindex as shim
 from ayo_shims import llamaindex_engines as eng
 
@@ -174,9 +174,14 @@ def finished_queries(retriever: QueryFusionRetriever, text_so_far: str) -> list[
     A line is final once a newline follows it: ``strip("`")`` on the whole text can only
     remove backticks at the very start (applied here) and after the last newline.
     """
-    lines = text_so_far.lstrip("`").split("\n")[:-1]
-    done = [q.strip() for q in lines if q.strip()]
-    return done[: retriever.num_queries - 1]
+    return fusion_lines(retriever, text_so_far)[0]
+
+
+def fusion_lines(retriever: QueryFusionRetriever, text_so_far: str) -> tuple[list[str], str]:
+    """The queries final so far (stripped, blank lines dropped, at most ``num_queries - 1``, as
+    ``_get_queries`` parses them) and the line still being decoded, as written."""
+    finished, growing = streamed_lines(text_so_far, lstrip="`", strip_lines=True)
+    return finished[: retriever.num_queries - 1], growing
 
 
 def fuse(retriever: QueryFusionRetriever, results: dict[tuple[str, int], list[NodeWithScore]]) -> list[NodeWithScore]:

@@ -21,8 +21,9 @@ retrieval reuses it as stock's does. Lowering it would move that one embedding o
 gain nothing measurable, while the Opaque node keeps its spans, events and errors the retriever's own.
 
 The chosen engine's stand-in is built on first use and kept in a bounded LRU
-(:class:`~ayo_core.identity_cache.IdentityLRU`), which holds the engine itself beside it: a function that builds a new engine per call can neither grow
-the cache without limit nor, once an engine is collected, hand its reused ``id()`` the wrong stand-in.
+(:class:`~ayo_core.identity_cache.IdentityLRU`), which holds the engine itself beside it: a function that
+builds a new engine per call can neither grow the cache without limit nor, once an engine is collected,
+hand its reused ``id()`` the wrong stand-in.
 """
 
 from __future__ import annotations

@@ -43,3 +43,22 @@ class PipelinedParts:
             for t in tasks:
                 t.cancel()
         return out
+
+
+def streamed_lines(text_so_far: str, *, lstrip: str | None = None, strip_lines: bool = False) -> tuple[list[str], str]:
+    """A line-per-query decode split while it streams: its finished lines and the line still growing.
+
+    A line is finished once a newline follows it; the last segment (possibly empty) is still being
+    decoded. The two knobs are the frameworks' own parses, which differ and must each be kept:
+    ``lstrip`` is what the whole text loses at its start first (``str.lstrip``'s argument: None for
+    whitespace, as LangChain's ``LineListOutputParser`` after ``strip()``; ``"`"`` for the backticks
+    LlamaIndex's ``QueryFusionRetriever`` strips), and ``strip_lines`` strips each finished line and
+    drops the blank ones (LlamaIndex) instead of keeping lines as written and dropping only empty
+    ones (LangChain). The growing line is returned as written either way.
+    """
+    segments = text_so_far.lstrip(lstrip).split("\n")
+    if strip_lines:
+        finished = [s.strip() for s in segments[:-1] if s.strip()]
+    else:
+        finished = [s for s in segments[:-1] if s]
+    return finished, segments[-1]
