@@ -19,8 +19,9 @@ very exception the stock chain raises.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSequence
@@ -35,14 +36,8 @@ from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 from ayo_core.graph import Graph
 from ayo_core.identity_cache import IdentityLRU
 from ayo_core.pipeline import OptimizedPipeline, Options
-from ayo_core.runtime import (
-    LoopRuntimes,
-    Runtime,
-    SchedulerConfig,
-    bridge,
-    caller_thread,
-    llm_config,
-)
+from ayo_core.pipeline.engines import EMBED, LLM, EngineSet
+from ayo_core.runtime import LoopRuntimes, Runtime, SchedulerConfig, bridge, caller_thread
 from ayo_core.runtime.batching import gather_batch
 from ayo_core.runtime.chunks import PacedQueue, drain_while_running, merge_chunk
 from ayo_langchain import capture as cap
@@ -116,8 +111,11 @@ class Plan:
         self._dynamic: IdentityLRU[cap.Module] = IdentityLRU(DYNAMIC_CACHE, on_evict=self._forget)
         self.llm_endpoint: tuple[str, str] | None = None
         self.embed_folder: Any = None  # engines.embedding_identity of the embeddings self.embed serves
+        # the one LLM and one embedding engine the chain's own runtime serves (first met; models at
+        # other endpoints are called as-is), or the given runtime's
         self.llm: Any = None
         self.embed: Any = None
+        self.engine_set = EngineSet()  # the own runtime's engines by kind ("llm", "embed")
         self.own_runtime = runtime is None
         self.given_runtime = runtime
         # the chain's own runtime per event loop, all learning one cost model (per node, all loops)
@@ -145,12 +143,16 @@ class Plan:
         return self.runtimes.get(self.engines(), self.scheduler_configs())
 
     def engines(self) -> dict[str, Any]:
-        return {kind: e for kind, e in (("llm", self.llm), ("embed", self.embed)) if e is not None}
+        return dict(self.engine_set.engines)
 
     def scheduler_configs(self) -> dict[str, SchedulerConfig]:
         # The LLM scheduler admits as many requests as stock would have in flight: vLLM batches
         # them (a small cap would shrink its batches) and orders them by the priority Ayo passes.
-        return {"llm": llm_config(self.options.llm_inflight or LLM_INFLIGHT)}
+        return self.engine_set.configs(self.options.llm_inflight or LLM_INFLIGHT)
+
+    def _discovered(self, family: str, key: Hashable, make: Callable[[], Any]) -> Any:
+        """The own runtime's engine for ``key`` (``make()`` makes it), named by the core's engine set."""
+        return self.engine_set.engines[self.engine_set.kind(family, key, make)]
 
     @property
     def policy(self) -> str:
@@ -197,7 +199,8 @@ class Plan:
             elif isinstance(m, cap.VectorRetriever) and discover and self.embed is None:
                 folder = eng.embedding_identity(m.embeddings)  # a model folder, or a server's settings
                 if folder and not cap.embeddings_supported(m.embeddings):
-                    self.embed_folder, self.embed = folder, eng.embedding_engine_for(m.embeddings)
+                    engine = self._discovered(EMBED, folder, functools.partial(eng.embedding_engine_for, m.embeddings))
+                    self.embed_folder, self.embed = folder, engine
             elif isinstance(m, cap.Branch) and discover:
                 for _cond, arm in m.runnable.branches:
                     self._register(self.capture(arm), discover)
@@ -212,7 +215,8 @@ class Plan:
             self.capturer.opaque.append((m.label(), "include_response_headers: the model's own client calls"))
             return
         if self.llm is None and discover:
-            self.llm_endpoint, self.llm = endpoint, eng.llm_engine(*endpoint, api_key=eng.model_api_key(m.model))
+            make = functools.partial(eng.llm_engine, *endpoint, api_key=eng.model_api_key(m.model))
+            self.llm_endpoint, self.llm = endpoint, self._discovered(LLM, endpoint, make)
         if self.llm_endpoint is None and self.llm is not None:
             self.llm_endpoint = (eng.normalize_url(self.llm.base_url), self.llm.model)
         if endpoint == self.llm_endpoint and id(m) not in self.routed:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ayo_core.engines.openai_request import send_request
 from ayo_core.engines.registry import get_embedding_engine, get_llm_engine
 from ayo_core.engines.remote_embedding import get_remote_embedding_engine
-from ayo_core.runtime import Runtime, bridge, llm_config, shared_runtime
+from ayo_core.pipeline.engines import EMBED, LLM, EngineSet
+from ayo_core.runtime import Runtime, bridge
 from ayo_llamaindex.embedding import EmbedBinding, EmbedSend
 from ayo_llamaindex.llm import LLMBinding
 from ayo_shims import python_runtime
@@ -45,23 +45,20 @@ LOOP = bridge.BRIDGE
 bridge.use_executor(python_runtime.daemon_pool)
 
 
-@dataclass
-class EngineAssignment:
-    """Which engine kind (scheduler) serves each recognized binding of a pipeline."""
-
-    llm_kinds: dict[tuple[str, str, str], str] = field(default_factory=dict)
-    embed_kinds: dict[tuple, str] = field(default_factory=dict)
-    engines: dict[str, Any] = field(default_factory=dict)
+class EngineAssignment(EngineSet):
+    """Which engine kind (scheduler) serves each recognized binding of a pipeline: the core's
+    :class:`~ayo_core.pipeline.EngineSet`, keyed by a binding's endpoint (LLMs) or engine options
+    (embeddings)."""
 
     def llm_kind(self, binding: LLMBinding | None) -> str | None:
         if binding is None or not binding.recognized:
             return None
-        return self.llm_kinds.get(binding.endpoint)
+        return self.kind_of(LLM, binding.endpoint)
 
     def embed_kind(self, binding: EmbedBinding | None) -> str | None:
         if binding is None or not binding.recognized:
             return None
-        return self.embed_kinds.get(_embed_key(binding))
+        return self.kind_of(EMBED, _embed_key(binding))
 
 
 def _embed_key(binding: EmbedBinding) -> tuple:
@@ -73,19 +70,18 @@ def assign_engines(llms: list[LLMBinding], embeds: list[EmbedBinding], overlap: 
     embedding runs alongside decoding (see :func:`embed_threads`)."""
     out = EngineAssignment()
     for b in llms:
-        if b.recognized and b.endpoint not in out.llm_kinds:
-            kind = "llm" if not out.llm_kinds else f"llm{len(out.llm_kinds)}"
-            base_url, model, api_key = b.endpoint
-            out.llm_kinds[b.endpoint] = kind
-            # the process's shared engine (one that sends the user's key when it is a real one)
-            out.engines[kind] = get_llm_engine(base_url, model=model, api_key=api_key, timeout=float(b.llm.timeout or 300.0))
+        if b.recognized:
+            out.kind(LLM, b.endpoint, functools.partial(_llm_engine, b))
     for e in embeds:
-        key = _embed_key(e) if e.recognized else None
-        if key is not None and key not in out.embed_kinds:
-            kind = "embed" if not out.embed_kinds else f"embed{len(out.embed_kinds)}"
-            out.embed_kinds[key] = kind
-            out.engines[kind] = embedding_engine(e, overlap)
+        if e.recognized:
+            out.kind(EMBED, _embed_key(e), functools.partial(embedding_engine, e, overlap))
     return out
+
+
+def _llm_engine(binding: LLMBinding) -> Any:
+    """The process's shared engine for a recognized LLM (one that sends the user's key when it is a real one)."""
+    base_url, model, api_key = binding.endpoint
+    return get_llm_engine(base_url, model=model, api_key=api_key, timeout=float(binding.llm.timeout or 300.0))
 
 
 def embedding_engine(binding: EmbedBinding, overlap: bool = False) -> Any:
@@ -103,8 +99,7 @@ def runtime_for(assignment: EngineAssignment, policy: str = "critical_path", llm
     """The shared ``Runtime`` over exactly these engines on the running (bridge) loop: the core's
     one per engine set and policy, whose schedulers LangChain chains on these engines share too
     (``llm_inflight``: ``Options.llm_inflight``, None for :data:`LLM_INFLIGHT`)."""
-    configs = {k: llm_config(llm_inflight or LLM_INFLIGHT) for k in assignment.engines if k.startswith("llm")}
-    return shared_runtime(assignment.engines, policy, configs=configs)
+    return assignment.shared_runtime(policy, llm_inflight or LLM_INFLIGHT)
 
 
 # -- what node fns use to reach engines ---------------------------------------------------

@@ -80,7 +80,7 @@ class OptimizedWorkflow:
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """``workflow.run(...)``: stock's handler; this run's steps are scheduled by Ayo."""
         assignment = assign_engines(self._llms, [])
-        rt = self._runtimes.get(assignment.engines, _configs(assignment.engines))
+        rt = self._runtimes.get(assignment.engines, assignment.configs(LLM_INFLIGHT))
         run = WorkflowRun(self, rt)
         token = begin_run(run)
         try:
@@ -114,7 +114,7 @@ class OptimizedWorkflow:
         assignment = assign_engines(self._llms, [])
         kind = assignment.llm_kind(binding)
         if kind is not None:
-            runtime.add_engines({kind: assignment.engines[kind]}, _configs(assignment.engines))
+            runtime.add_engines({kind: assignment.engines[kind]}, assignment.configs(LLM_INFLIGHT))
         return kind
 
     def note_model_calls(self, step: str, served: int, own_client: int) -> None:
@@ -161,12 +161,6 @@ class OptimizedWorkflow:
                 opaque.append((b.label, f"its calls run as stock: {b.reason}"))
         return explanation(f"Ayo plan for workflow {type(self.stock).__name__}", graph=self.last_graph,
                            trace=self.last_trace, modules=lowered, opaque=opaque, module_lines=lines)
-
-
-def _configs(engines: dict[str, Any]) -> dict[str, Any]:
-    from ayo_core.runtime import llm_config
-
-    return {k: llm_config(LLM_INFLIGHT) for k in engines if k.startswith("llm")}
 
 
 def _models_of(workflow: Any, depth: int = 2) -> list[Any]:
