@@ -28,7 +28,8 @@ demo: setup
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# the default suite plus the long-answer tests (64-256 tokens, five-turn chats: about 25 more minutes here)
+# the default suite plus the long tests (64-256-token answers, five-turn chats, the five-question and
+# every mode-by-style variants: about half an hour more here)
 test-long: setup
 	$(VENV)/bin/python -m pytest --long $(PYTEST_ARGS)
 

@@ -56,8 +56,10 @@ def transformers_llm_url() -> Iterator[str]:
 
 
 # ---- the opt-in long suite ---------------------------------------------------------------
-# Tests marked ``long`` (128-token answers on the real server, and five-turn conversations) are left
-# out of the default run, which CI bounds at 70 minutes; ``make test-long`` (pytest --long) runs them
+# Tests marked ``long`` (128-token answers on the real server, five-turn conversations, and the wider
+# variants of a test whose narrower one stays: five questions where three run by default, every
+# mode-by-style pair where each mode and style runs once) are left out of the default run, which CI
+# bounds at 70 minutes; ``make test-long`` (pytest --long) runs them
 # too. Of the 256-token tests (marked ``slow``), one streamed pattern per adapter is in the default run.
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", help="also run the tests marked long (128-token answers)")

@@ -28,8 +28,12 @@ def synth_calls(fast: Any) -> list[Any]:
     return [c for c in fast.last_trace.engine_calls if c.node == "synthesize"]
 
 
-@pytest.mark.parametrize("mode", ["accumulate", "compact_accumulate"])
-@pytest.mark.parametrize("chat", [True, False])
+# two of the four pairs in the default suite (CI time), each mode and each model kind once; all in make test-long
+@pytest.mark.parametrize(("chat", "mode"), [
+    pytest.param(True, "accumulate", id="True-accumulate"),
+    pytest.param(False, "compact_accumulate", id="False-compact_accumulate"),
+    pytest.param(True, "compact_accumulate", id="True-compact_accumulate", marks=pytest.mark.long),
+    pytest.param(False, "accumulate", id="False-accumulate", marks=pytest.mark.long)])
 def test_same_text_calls_concurrent(llm_url, index, mode, chat) -> None:
     # a small context window makes compact_accumulate pack the 3 chunks into more than one call
     llm = make_llm(llm_url, chat=chat, context_window=(200 if chat else 150) if mode == "compact_accumulate" else 3900)

@@ -76,21 +76,24 @@ def calculator_tools() -> list[Any]:
     return [multiply]
 
 
-def test_react_agent_matches_stock_on_five_questions(llm_url: str) -> None:
+# three questions in the default suite (CI time), all five in make test-long
+@pytest.mark.parametrize("questions", [pytest.param(QUESTIONS[:3], id="three"),
+                                       pytest.param(QUESTIONS, id="five", marks=pytest.mark.long)])
+def test_react_agent_matches_stock(llm_url: str, questions: list[str]) -> None:
     def agent() -> ReActAgent:
         return ReActAgent(tools=calculator_tools(), llm=make_llm(llm_url), system_prompt="You are a helpful tutor.")
 
     async def main() -> tuple[list[Any], Any]:
         fast = ayo_llamaindex.optimize(agent())
         assert isinstance(fast, ayo_llamaindex.OptimizedWorkflow)
-        pairs = [(await run_agent(agent(), q), await run_agent(fast, q)) for q in QUESTIONS]
+        pairs = [(await run_agent(agent(), q), await run_agent(fast, q)) for q in questions]
         await fast.last_run.finished()
         return pairs, fast
 
     pairs, fast = asyncio.run(main())
     for want, got in pairs:
         assert got == want  # answer, every event in order (the streamed text), the memory
-    assert sum(len(want[0].split()) > 20 for want, _ in pairs) >= 4  # 64-token answers, not a trivial match
+    assert sum(len(want[0].split()) > 20 for want, _ in pairs) >= len(questions) - 1  # 64-token answers, not trivial
     # ReAct's model calls are plain chat: they went to Ayo's LLM engine from the agent's step node
     assert any(c.node.startswith("step.run_agent_step.") for c in fast.last_trace.engine_calls)
     assert ("step:run_agent_step", "LLMCall") in [(m.name, m.template) for m in fast.explain().modules]

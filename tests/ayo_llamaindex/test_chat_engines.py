@@ -81,8 +81,16 @@ def assert_same_conversation(stock: list[dict[str, Any]], fast: list[dict[str, A
         assert f == s, f"turn {i} differs:\nstock={s}\nfast={f}"
 
 
-@pytest.mark.parametrize("style", STYLES)
-@pytest.mark.parametrize("mode", MODES)
+# The default suite (CI time) runs each mode with one sync and one async style, one streamed and one not,
+# and every style at least once; make test-long runs the other six pairs.
+DEFAULT_PAIRS = {("condense_plus_context", "chat"), ("condense_plus_context", "astream_chat"),
+                 ("context", "achat"), ("context", "stream_chat"),
+                 ("condense_question", "stream_chat"), ("condense_question", "achat")}
+MODE_STYLE = [pytest.param(m, s, id=f"{m}-{s}", marks=() if (m, s) in DEFAULT_PAIRS else pytest.mark.long)
+              for m in MODES for s in STYLES]
+
+
+@pytest.mark.parametrize(("mode", "style"), MODE_STYLE)
 def test_each_mode_and_call_style_matches_stock(llm_url, index, mode, style) -> None:
     stock = make_engine(index, llm_url, mode)
     fast = ayo_llamaindex.optimize(make_engine(index, llm_url, mode))

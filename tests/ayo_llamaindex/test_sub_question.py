@@ -127,13 +127,16 @@ def test_engine_touchpoints_verify_and_are_listed() -> None:
         assert f"| `{t.name}` | {t.framework} | {t.checked} |" in readme
 
 
-def test_equivalence_five_questions_and_pipelining(llm_url: str, tools: list[QueryEngineTool],
-                                                   debug: LlamaDebugHandler) -> None:
+# two questions in the default suite (CI time), all five in make test-long
+@pytest.mark.parametrize("questions", [pytest.param(QUESTIONS[:2], id="two"),
+                                       pytest.param(QUESTIONS, id="five", marks=pytest.mark.long)])
+def test_equivalence_and_pipelining(llm_url: str, tools: list[QueryEngineTool], debug: LlamaDebugHandler,
+                                    questions: list[str]) -> None:
     stock = sub_question_engine(llm_url, tools)  # use_async=True: from_defaults' default, stock at its best
     fast = ayo_llamaindex.optimize(stock)
     assert isinstance(fast, OptimizedSubQuestionQueryEngine)
     completed, pipelined = 0, 0
-    for question in QUESTIONS:
+    for question in questions:
         expected = outcome(stock, question, debug)
         got = outcome(fast, question, debug)
         assert got == expected, question
@@ -146,7 +149,7 @@ def test_equivalence_five_questions_and_pipelining(llm_url: str, tools: list[Que
         if len(answers) >= 2:  # the first sub-answer started while the generator still wrote the list
             assert min(s.start for s in answers) < gen.end, question
             pipelined += 1
-    assert completed >= 3 and pipelined >= 1, (completed, pipelined)
+    assert completed >= max(1, len(questions) - 2) and pipelined >= 1, (completed, pipelined)
     assert fast.explain().fired("sub_question_pipelining")
 
 
@@ -201,7 +204,7 @@ def test_a_sub_question_engine_awaited_in_a_workflow_step_runs_as_its_composed_g
         fast = ayo_llamaindex.optimize(Ask(timeout=300))
         return await Ask(timeout=300).run(question=question), await fast.run(question=question), fast
 
-    for question in QUESTIONS[:2]:
+    for question in QUESTIONS[:1]:  # one question: the composed graph is the same for every question
         want, got, fast = asyncio.run(both(question))
         assert got == want, question
         stand_in = fast.query_engines.lowered(Ask.engine)

@@ -32,7 +32,7 @@ def test_questions_are_three_turn_conversations() -> None:
 def test_optimized_conversations_equal_stock_turn_by_turn(cfg: EnginesConfig) -> None:
     index = chat.build_index(cfg)
     new_stock, new_fast = chat.build_stock(cfg, index), chat.build_optimized(cfg, index)
-    for item in load_questions("chat", 2):
+    for item in load_questions("chat", 2)[1:]:  # the second conversation here, the first one sync below
         stock, fast = new_stock(), new_fast()
         assert type(fast).__name__ == "OptimizedChatEngine"
 
