@@ -33,8 +33,11 @@ def optimize(target: Any, policy: str = "critical_path", *, options: Any = None)
 
     ``policy`` names the engine schedulers' policy: ``critical_path`` (default),
     ``depth``, ``fifo`` or ``program``. ``options``, an :class:`ayo_core.pipeline.Options` (the knobs both
-    adapters take), gives the policy instead, and for query engines the passes, timeout and
-    in-flight limit too. Optimizing an already optimized object optimizes its stock object again
+    adapters take), gives the policy instead, and the passes, timeout and in-flight limit too: for a
+    query or chat engine, a doc-QA function, the engines a composed engine routes to, and the query
+    engines a workflow's steps call; a workflow's own model calls take its policy and in-flight limit
+    (its graph grows step by step: no passes, and stock's own ``timeout`` bounds a run). Optimizing an
+    already optimized object optimizes its stock object again
     (same object back when the policy is the same and no options are given).
     """
     with running_ayo_code():  # capture is Ayo's time (ayo_core.caller_code)
@@ -69,7 +72,7 @@ def _optimize(target: Any, policy: str, options: Any) -> Any:
                 or OptimizedQueryEngine(target, policy=policy, options=options))
     if isinstance(target, BaseChatEngine):  # recognized modes are lowered; any other stays the user's
         return optimize_chat_engine(target, policy=policy, options=options)
-    if (workflow := _optimize_workflow(target, policy)) is not None:
+    if (workflow := _optimize_workflow(target, policy, options)) is not None:
         return workflow
     if _is_llama_index_object(target):
         # a retriever, chat engine, index, ...: never refuse a LlamaIndex object (it runs as it is)
@@ -86,7 +89,7 @@ def _optimize(target: Any, policy: str, options: Any) -> Any:
 _LLAMA_INDEX_PACKAGES = ("llama_index", "llama_index_instrumentation", "workflows")
 
 
-def _optimize_workflow(target: Any, policy: str) -> Any:
+def _optimize_workflow(target: Any, policy: str, options: Any) -> Any:
     """A Workflow (or agent) run by Ayo; the user's object back (with a warning) when Ayo leaves it;
     None for anything that is not a Workflow."""
     from workflows import Workflow
@@ -94,14 +97,15 @@ def _optimize_workflow(target: Any, policy: str) -> Any:
     from ayo_llamaindex.workflow import OptimizedWorkflow, unrecognized_reason
 
     if isinstance(target, OptimizedWorkflow):
-        return target if target._policy == policy else OptimizedWorkflow(target.stock, policy=policy)
+        same = target._policy == policy and options is None
+        return target if same else OptimizedWorkflow(target.stock, policy=policy, options=options)
     if not isinstance(target, Workflow):
         return None
     if reason := unrecognized_reason(target):
         log.warning("ayo_llamaindex.optimize: %s is returned unchanged (it runs as stock, unoptimized): %s",
                     type(target).__name__, reason)
         return target
-    return OptimizedWorkflow(target, policy=policy)
+    return OptimizedWorkflow(target, policy=policy, options=options)
 
 
 def _is_llama_index_object(target: Any) -> bool:

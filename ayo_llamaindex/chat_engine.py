@@ -66,7 +66,7 @@ class OptimizedChatEngine(BaseChatEngine):
         self._policy = self._options.policy
         self._memory = chat_shim.chat_memory(plan.obj)
         if plan.query_engine is not None:  # condense_question: its query engine answers, optimized on its own
-            plan.answer_engine = tool_engine(chat_shim.chat_query_engine(plan.obj), self._policy)
+            plan.answer_engine = tool_engine(chat_shim.chat_query_engine(plan.obj), self._options)
         self._pipeline: OptimizedPipeline[tuple[ChatEnginePlan, EngineAssignment]] = OptimizedPipeline(
             lambda: (plan, assign_engines(plan.llm_bindings(), plan.embed_bindings())), self._lower_turn,
             self._options, runtime=self._runtime)

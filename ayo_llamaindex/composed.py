@@ -16,6 +16,7 @@ from llama_index.core.callbacks.schema import EventPayload
 from llama_index.core.schema import QueryBundle
 
 from ayo_core.graph import Graph
+from ayo_core.pipeline import Options
 from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.templates import Opaque, ToolCall
 from ayo_llamaindex import events, spans
@@ -49,20 +50,21 @@ class ToolQueryEngine(OptimizedQueryEngine):
                 return outer.set(done(response))
 
 
-def tool_engine(query_engine: Any, policy: str) -> ToolQueryEngine:
+def tool_engine(query_engine: Any, options: Options) -> ToolQueryEngine:
+    """The stand-in of a tool's (or a step's) query engine, run with the composed engine's ``options``."""
     stock = query_engine.stock if isinstance(query_engine, OptimizedQueryEngine) else query_engine
-    return ToolQueryEngine(stock, policy)
+    return ToolQueryEngine(stock, options=options)
 
 
 class ComposedQueryEngine(OptimizedQueryEngine):
     """A query engine that composes others (SubQuestion, Router) run as one Ayo graph: the pipeline of
     :class:`OptimizedQueryEngine`, whose plan and graph a subclass names (its ``capture`` and ``build``)."""
 
-    capture: Callable[[Any, str], Any]
+    capture: Callable[[Any, Options], Any]
     build: Callable[[Any, EngineAssignment], Graph]
 
     def capture_plan(self, query_engine: Any) -> tuple[Any, EngineAssignment]:
-        plan = type(self).capture(query_engine, self._policy)
+        plan = type(self).capture(query_engine, self._options)
         return plan, assign_engines(plan.llm_bindings(), [])
 
     def build_graph(self, captured: tuple[Any, EngineAssignment], _call: Any) -> Graph:

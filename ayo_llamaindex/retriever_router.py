@@ -40,6 +40,7 @@ from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.identity_cache import IdentityLRU
 from ayo_core.introspect import overrides_reason
+from ayo_core.pipeline import Options
 from ayo_llamaindex import events, spans
 from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, retrieve_then_route, tool_engine
 from ayo_llamaindex.llm import LLMBinding
@@ -56,14 +57,14 @@ ENGINE_CACHE_SIZE = 64  # distinct chosen engines kept optimized; a routing func
 class RetrieverRouterPlan:
     obj: Any
     parts: dict[str, Any]
-    policy: str
+    options: Options
     # the stand-ins of the engines ``node_to_query_engine_fn`` returned, least recently used first
     engines: IdentityLRU[ToolQueryEngine] = field(init=False, default_factory=lambda: IdentityLRU(ENGINE_CACHE_SIZE))
     kind: str = "retriever_router"
 
     def standin(self, query_engine: Any) -> ToolQueryEngine:
         """``query_engine``'s optimized stand-in, built on first use (runs on Ayo's loop: no lock needed)."""
-        return self.engines.get(query_engine, lambda engine: tool_engine(engine, self.policy))
+        return self.engines.get(query_engine, lambda engine: tool_engine(engine, self.options))
 
     def llm_bindings(self) -> list[LLMBinding]:
         return []  # the engine has no model of its own: the chosen engines' stand-ins bind theirs
@@ -77,8 +78,8 @@ def not_lowered_reason(engine: Any) -> str | None:
     return overrides_reason(engine, RetrieverRouterQueryEngine, eng.RETRIEVER_ROUTER_MIRRORED)
 
 
-def capture_retriever_router(engine: Any, policy: str) -> RetrieverRouterPlan:
-    return RetrieverRouterPlan(engine, eng.retriever_router_parts(engine), policy)
+def capture_retriever_router(engine: Any, options: Options) -> RetrieverRouterPlan:
+    return RetrieverRouterPlan(engine, eng.retriever_router_parts(engine), options)
 
 
 def build_retriever_router_graph(plan: RetrieverRouterPlan, _assign: EngineAssignment) -> Graph:

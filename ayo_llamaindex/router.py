@@ -30,6 +30,7 @@ from llama_index.core.utils import print_text
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
+from ayo_core.pipeline import Options
 from ayo_core.templates import LLMCall, Opaque, ToolCall
 from ayo_llamaindex import retrieval, selectors, synthesis
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
@@ -73,14 +74,14 @@ def not_lowered_reason(engine: Any) -> str | None:
     return overrides_reason(engine, RouterQueryEngine, eng.ROUTER_MIRRORED)
 
 
-def capture_router(engine: Any, policy: str) -> RouterPlan:
+def capture_router(engine: Any, options: Options) -> RouterPlan:
     parts = eng.router_parts(engine)
     binding, reason = selectors.selector_binding(parts["selector"])
     seen: dict[int, ToolQueryEngine] = {}
     engines = []
     for qe in parts["query_engines"]:
         if id(qe) not in seen:
-            seen[id(qe)] = tool_engine(qe, policy)
+            seen[id(qe)] = tool_engine(qe, options)
         engines.append(seen[id(qe)])
     return RouterPlan(engine, parts, binding, reason, engines, capture_synthesizer(parts["summarizer"]))
 

@@ -37,6 +37,7 @@ from llama_index.core.utils import get_color_mapping, print_text
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
+from ayo_core.pipeline import Options
 from ayo_core.runtime.caller import call_stock
 from ayo_core.templates import LLMCall, Opaque, Synthesis, SynthesisHooks, ToolCall
 from ayo_llamaindex import events, spans, synthesis
@@ -84,7 +85,7 @@ def not_lowered_reason(engine: Any) -> str | None:
     return overrides_reason(engine, SubQuestionQueryEngine, eng.SUBQ_MIRRORED)
 
 
-def capture_sub_question(engine: Any, policy: str) -> SubQuestionPlan:
+def capture_sub_question(engine: Any, options: Options) -> SubQuestionPlan:
     parts = eng.subq_parts(engine)
     gen = parts["question_gen"]
     binding, reason = None, ""
@@ -98,7 +99,7 @@ def capture_sub_question(engine: Any, policy: str) -> SubQuestionPlan:
     by_engine: dict[int, ToolQueryEngine] = {}
     for name, qe in parts["query_engines"].items():
         if id(qe) not in by_engine:  # one engine behind several tools is optimized once
-            by_engine[id(qe)] = tool_engine(qe, policy)
+            by_engine[id(qe)] = tool_engine(qe, options)
         tools[name] = by_engine[id(qe)]
     return SubQuestionPlan(engine, parts, binding, reason, tools, capture_synthesizer(parts["synthesizer"]))
 

@@ -23,6 +23,7 @@ from llama_index.core.schema import QueryBundle
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
+from ayo_core.pipeline import Options
 from ayo_llamaindex import retrieval
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
 from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, retrieve_then_route, tool_engine
@@ -40,14 +41,14 @@ class ToolRouterPlan:
     obj: Any
     parts: dict[str, Any]
     summarizer: SynthesizerPlan
-    policy: str
+    options: Options
     engines: dict[int, ToolQueryEngine] = field(default_factory=dict)  # by the tool's engine: known at run time
     kind: str = "tool_router"
 
     def engine_for(self, query_engine: Any) -> ToolQueryEngine:
         """The optimized stand-in of a retrieved tool's engine (one per engine, built on first use)."""
         if (found := self.engines.get(id(query_engine))) is None:
-            found = self.engines[id(query_engine)] = tool_engine(query_engine, self.policy)
+            found = self.engines[id(query_engine)] = tool_engine(query_engine, self.options)
         return found
 
     def llm_bindings(self) -> list[LLMBinding]:
@@ -65,9 +66,9 @@ def not_lowered_reason(engine: Any) -> str | None:
     return overrides_reason(engine, ToolRetrieverRouterQueryEngine, eng.TOOL_ROUTER_MIRRORED)
 
 
-def capture_tool_router(engine: Any, policy: str) -> ToolRouterPlan:
+def capture_tool_router(engine: Any, options: Options) -> ToolRouterPlan:
     parts = eng.tool_router_parts(engine)
-    return ToolRouterPlan(engine, parts, capture_synthesizer(parts["summarizer"]), policy)
+    return ToolRouterPlan(engine, parts, capture_synthesizer(parts["summarizer"]), options)
 
 
 def build_tool_router_graph(plan: ToolRouterPlan, assign: EngineAssignment) -> Graph:

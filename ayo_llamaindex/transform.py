@@ -29,6 +29,7 @@ from llama_index.core.schema import QueryBundle
 from ayo_core.explain import explanation, record_optimization
 from ayo_core.graph import Graph
 from ayo_core.introspect import overrides_reason
+from ayo_core.pipeline import Options
 from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.templates import LLMCall, Opaque, ToolCall, Transform
 from ayo_llamaindex import embedding, spans
@@ -93,11 +94,11 @@ def _prefetch_binding(transform: Any, hyde: LLMBinding | None, engine: ToolQuery
     return retriever.embed
 
 
-def capture_transform(engine: Any, policy: str) -> TransformPlan:
+def capture_transform(engine: Any, options: Options) -> TransformPlan:
     parts = eng.transform_parts(engine)
     transform = parts["transform"]
     hyde, reason = _hyde_binding(transform)
-    inner = tool_engine(parts["query_engine"], policy)
+    inner = tool_engine(parts["query_engine"], options)
     return TransformPlan(engine, transform, parts["metadata"], hyde, reason, inner,
                          _prefetch_binding(transform, hyde, inner))
 
@@ -176,7 +177,7 @@ class OptimizedTransformQueryEngine(ComposedQueryEngine):
     build = staticmethod(build_transform_graph)
 
     def capture_plan(self, query_engine: Any) -> tuple[Any, EngineAssignment]:
-        plan = capture_transform(query_engine, self._policy)
+        plan = capture_transform(query_engine, self._options)
         return plan, assign_engines(plan.llm_bindings(), plan.embed_bindings())
 
     def _query_event(self, query_bundle: QueryBundle) -> Any:

@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from ayo_core.explain import Explanation, explanation
+from ayo_core.pipeline import Options
 from ayo_core.runtime import LoopRuntimes
 from ayo_llamaindex.llm import LLMBinding
 from ayo_llamaindex.runtime import LLM_INFLIGHT, assign_engines
@@ -62,14 +63,16 @@ class OptimizedWorkflow:
     """A LlamaIndex ``Workflow`` run by Ayo: ``run(...)`` returns stock's handler; ``explain()``,
     ``last_trace``. Any other attribute is the workflow's own."""
 
-    def __init__(self, workflow: Any, policy: str = "critical_path") -> None:
+    def __init__(self, workflow: Any, policy: str = "critical_path", options: Options | None = None) -> None:
         self.stock = workflow
-        self._policy = policy
-        self._runtimes = LoopRuntimes(policy)
+        self._options = options or Options(policy=policy)
+        self._policy = self._options.policy
+        self._llm_inflight = self._options.llm_inflight or LLM_INFLIGHT
+        self._runtimes = LoopRuntimes(self._policy)
         self._llms: list[LLMBinding] = []
         self._routed_steps: dict[str, int] = {}  # step -> model calls Ayo's engine served
         self._own_client_steps: dict[str, int] = {}  # step -> model calls sent through the model's own client
-        self.query_engines = StepQueryEngines(policy)  # the query engines its steps call, lowered
+        self.query_engines = StepQueryEngines(self._options)  # the query engines its steps call, lowered
         self.last_trace: Any = None
         self.last_graph: Any = None
         self.last_run: WorkflowRun | None = None
@@ -80,7 +83,7 @@ class OptimizedWorkflow:
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """``workflow.run(...)``: stock's handler; this run's steps are scheduled by Ayo."""
         assignment = assign_engines(self._llms, [])
-        rt = self._runtimes.get(assignment.engines, assignment.configs(LLM_INFLIGHT))
+        rt = self._runtimes.get(assignment.engines, assignment.configs(self._llm_inflight))
         run = WorkflowRun(self, rt)
         token = begin_run(run)
         try:
@@ -114,7 +117,7 @@ class OptimizedWorkflow:
         assignment = assign_engines(self._llms, [])
         kind = assignment.llm_kind(binding)
         if kind is not None:
-            runtime.add_engines({kind: assignment.engines[kind]}, assignment.configs(LLM_INFLIGHT))
+            runtime.add_engines({kind: assignment.engines[kind]}, assignment.configs(self._llm_inflight))
         return kind
 
     def note_model_calls(self, step: str, served: int, own_client: int) -> None:

@@ -47,12 +47,12 @@ class StepRetriever:
     """A retriever's lowered graph (input ``query``: a ``QueryBundle``; output: its nodes), run per call:
     a facade over the core's :class:`~ayo_core.pipeline.OptimizedPipeline` (one static shape)."""
 
-    def __init__(self, retriever: Any, plan: Any, policy: str) -> None:
-        self.retriever, self._policy = retriever, policy
+    def __init__(self, retriever: Any, plan: Any, options: Options) -> None:
+        self.retriever, self._options = retriever, options
         parts = QueryEnginePlan(retriever, "retriever", retriever=plan)
         self.assign: EngineAssignment = assign_engines(parts.llm_bindings(), parts.embed_bindings())
         self._pipeline: OptimizedPipeline[Any] = OptimizedPipeline(
-            lambda: plan, self._lower, Options(policy=policy), runtime=self._runtime, static=True, query_prefix="wr")
+            lambda: plan, self._lower, options, runtime=self._runtime, static=True, query_prefix="wr")
 
     def _lower(self, plan: Any, _call: Any) -> Graph:
         from ayo_llamaindex.lowering import lower_retriever
@@ -63,7 +63,7 @@ class StepRetriever:
         return g
 
     def _runtime(self) -> Any:
-        return runtime_for(self.assign, self._policy)
+        return runtime_for(self.assign, self._options.policy, self._options.llm_inflight)
 
     @property
     def graph(self) -> Graph | None:
@@ -90,8 +90,8 @@ class StepRetriever:
 class StepQueryEngines:
     """One optimized workflow's lowered stand-ins for the query engines and retrievers its steps call."""
 
-    def __init__(self, policy: str) -> None:
-        self._policy = policy
+    def __init__(self, options: Options) -> None:
+        self._options = options
         self._by_engine: IdentityLRU[Any] = IdentityLRU(_KEPT_ENGINES)  # object -> its stand-in or None
         self.served: dict[str, int] = {}  # step -> queries and retrievals Ayo's graphs answered
         self.not_lowered: dict[str, str] = {}  # engine or retriever type -> why its calls run as stock
@@ -115,7 +115,7 @@ class StepQueryEngines:
             if plan.kind == "opaque":
                 self.not_lowered[name] = plan.reason
                 return None
-            return StepRetriever(retriever, plan, self._policy)
+            return StepRetriever(retriever, plan, self._options)
         except Exception as exc:  # noqa: BLE001 - a retriever Ayo cannot capture runs as the user's object
             log.info("%s called in a workflow step runs as stock: capture failed (%s)", name, exc)
             self.not_lowered[name] = f"capture failed: {exc}"
@@ -124,7 +124,7 @@ class StepQueryEngines:
     def _capture(self, engine: Any) -> Any:
         name = type(engine).__name__
         try:  # a SubQuestion / Router engine: its own composed graph; any other: the query engine's
-            tool = optimize_composed(engine, self._policy) or tool_engine(engine, self._policy)
+            tool = optimize_composed(engine, self._options.policy, self._options) or tool_engine(engine, self._options)
         except Exception as exc:  # noqa: BLE001 - an engine Ayo cannot capture runs as the user's object
             log.info("%s called in a workflow step runs as stock: capture failed (%s)", name, exc)
             self.not_lowered[name] = f"capture failed: {exc}"

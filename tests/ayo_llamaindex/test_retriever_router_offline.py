@@ -19,6 +19,7 @@ from llama_index.core.query_engine import RetrieverQueryEngine, RetrieverRouterQ
 from llama_index.core.schema import TextNode
 
 import ayo_llamaindex
+from ayo_core.pipeline import Options
 from ayo_llamaindex.query_engine import OptimizedQueryEngine
 from ayo_llamaindex.retriever_router import OptimizedRetrieverRouterQueryEngine, RetrieverRouterPlan
 from tests.ayo_llamaindex.li_helpers import QUESTIONS, assert_same
@@ -149,7 +150,7 @@ def test_a_subclass_overriding_query_stays_opaque_with_a_warning(server: Any, tr
 
 
 def test_the_engine_cache_is_bounded_and_keeps_its_engines(server: Any, traced: Any) -> None:  # noqa: F811
-    plan = RetrieverRouterPlan(None, {}, "critical_path")
+    plan = RetrieverRouterPlan(None, {}, Options())
     plan.engines.maxsize = 2
     a, b, c = (engines(traced, server.url)["encoding"] for _ in range(3))
     first = plan.standin(a)
