@@ -51,6 +51,7 @@ from ayo_core.engines.next_call_warming import NextCallWarms
 from ayo_core.runtime.early_starts import EarlyStarts
 from ayo_langchain import engines as eng
 from ayo_langchain.agent_warm import NextCallWarmer
+from ayo_langchain.runnable import rebind, routed_copy
 from ayo_shims import langgraph as lg
 from ayo_shims import openai_client
 
@@ -151,8 +152,6 @@ def routed_model_node(node: Any) -> tuple[Any, Any] | None:
     sends through; None when the node is not an agent's model function or its model is not a
     ``ChatOpenAI`` at a server of its own (then the model's own client sends, as stock)."""
     from langchain_openai import ChatOpenAI
-
-    from ayo_langchain.runnable import rebind, routed_copy
 
     found = lg.agent_model(node)
     if found is None:

@@ -31,6 +31,7 @@ from langchain_core.callbacks import BaseCallbackManager
 
 from ayo_core.explain import Explanation, explanation
 from ayo_langchain import capture as cap
+from ayo_langchain.agent import early_tool_nodes
 from ayo_langchain.explain import lowered_modules
 from ayo_langchain.history import ambient_config
 from ayo_langchain.lower import ChainCall
@@ -87,8 +88,6 @@ class GraphPlan:
     def _start_tools_early(self, graph: Any) -> None:
         """An agent's tool calls start from the model's stream, and its next model call is warmed while
         they run (:mod:`ayo_langchain.agent`)."""
-        from ayo_langchain.agent import early_tool_nodes
-
         bodies = {n: lg.node_bound(node) for n, node in graph.nodes.items() if self.nodes.get(n, NodePlan(n, "")).kind
                   == "opaque"}
         # create_agent / create_react_agent compile the graph under the agent's name= and give it to the

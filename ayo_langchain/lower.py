@@ -40,6 +40,7 @@ from ayo_core.templates.builder import GraphBuilder
 from ayo_langchain import capture as cap
 from ayo_langchain import routing
 from ayo_langchain.callbacks import PlannedChainRun, child, leaf_config, start_chain_run, step_config
+from ayo_langchain.prefill import early_inputs
 from ayo_shims import langchain as shims
 from ayo_shims import openai_client
 
@@ -144,8 +145,6 @@ class Lowerer(GraphBuilder):
             step_cfg = self.composite_step_config(planned, cfg, f"seq:step:{i + 1}")
             early = None
             if isinstance(step, cap.Model) and i >= 2 and self.plan.prefill_split:
-                from ayo_langchain.prefill import early_inputs
-
                 early = early_inputs(self, steps[i - 1], step, self.dict_sources.get(outs[i - 1]))
             then = [(p, self.composite_step_config(planned, cfg, f"seq:step:{j + 1}"))
                     for j, p in enumerate(steps[i + 1:self.streamed_parsers_end(steps, i)], start=i + 1)]

@@ -38,6 +38,7 @@ from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import PlannedRetrieverRun, leaf_config, reported, start_retriever_run
 from ayo_langchain.lower import COST, LOWERINGS, Lowerer, call_user
+from ayo_langchain.prefill import Progress
 
 Retrieve = Callable[[Any, Any], Awaitable[Any]]
 _MMR_KEYS = ("k", "fetch_k", "lambda_mult", "filter", "where_document")
@@ -218,8 +219,6 @@ def _lower_multi_query(lw: Lowerer, m: cap.MultiQuery, src: str, cfg: RunnableCo
         inputs["lines"] = lw.lower(m.llm_chain, q_dict, chain_cfg)
     out = lw.build(Aggregate(_union(mq, retrieve), m.label(), takes_ctx=True, cost=COST["search"]), inputs, "mq_union")
     if pipelined:
-        from ayo_langchain.prefill import Progress
-
         lw.progress[out] = Progress(inputs["per"], mq, generated=generated)
     return out
 

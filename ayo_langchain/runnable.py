@@ -43,6 +43,7 @@ from ayo_core.runtime.chunks import PacedQueue, drain_while_running, merge_chunk
 from ayo_langchain import capture as cap
 from ayo_langchain import engines as eng
 from ayo_langchain.callbacks import leaf_config, reported, start_chain_run, step_config
+from ayo_langchain.explain import explain
 from ayo_langchain.history import stream_twin
 from ayo_langchain.lower import SECONDS_PER_TOKEN, ChainCall, Lowerer, is_language_model
 from ayo_shims import langchain as shims
@@ -489,8 +490,6 @@ class OptimizedRunnable(Runnable):
     def explain(self) -> Any:
         """What Ayo made of the chain (an ``ayo_core.explain.Explanation``; ``str()`` is the human view):
         modules, what stayed opaque and why, engines, the last graph, passes, optimizations and trace."""
-        from ayo_langchain.explain import explain
-
         return explain(self)
 
 

@@ -43,6 +43,8 @@ from ayo_core.templates import Indexing, IndexingHooks
 from ayo_llamaindex import events, extractors, ingest, spans
 from ayo_llamaindex import explain as explain_mod
 from ayo_llamaindex.capture import binding_label, capture_query_engine, describe
+from ayo_llamaindex.lowering import build_query_graph
+from ayo_llamaindex.query_engine import OptimizedQueryEngine
 from ayo_llamaindex.runtime import LOOP, assign_engines, embed_send, runtime_for
 from ayo_shims import llamaindex as shim
 
@@ -165,8 +167,6 @@ def capture_call(state: CallState, query_engine: Any) -> CallPlan:
 
 def build_call_graph(call: CallPlan, _query: Any = None) -> Graph:
     """One graph: the call's pending ingests + the query through its engine."""
-    from ayo_llamaindex.lowering import build_query_graph
-
     g = Graph(query_id="q")
     g.input("query")
     after = [_add_ingest_nodes(g, k, p, call.assign) for k, p in enumerate(call.pendings)]
@@ -272,8 +272,6 @@ def _insert(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 
 def _intercepted(instance: Any, args: tuple, kwargs: dict) -> tuple[CallState, Any] | None:
     """``(call state, query)`` when this ``query``/``aquery`` call is one to run as Ayo's graph."""
-    from ayo_llamaindex.query_engine import OptimizedQueryEngine
-
     state = _CALL.get()
     if state is None or isinstance(instance, OptimizedQueryEngine) or len(args) + len(kwargs) != 1:
         return None

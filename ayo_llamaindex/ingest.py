@@ -32,7 +32,7 @@ from ayo_core.caller_code import running_ayo_code
 from ayo_core.introspect import once, overrides_reason
 from ayo_core.runtime.pending import PendingWrites
 from ayo_llamaindex.embedding import EmbedBinding
-from ayo_llamaindex.runtime import LOOP
+from ayo_llamaindex.runtime import LOOP, direct_embed_send
 from ayo_shims import llamaindex as shim
 
 _IN_INGEST: contextvars.ContextVar[bool] = contextvars.ContextVar("ayo_in_ingest", default=False)
@@ -153,7 +153,6 @@ class PendingIngest:
             if self.error is not None:
                 raise self.error
             return
-        from ayo_llamaindex.runtime import direct_embed_send
 
         LOOP.run_sync(self.run(direct_embed_send(self.embed)))
 

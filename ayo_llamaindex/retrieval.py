@@ -35,6 +35,7 @@ from ayo_core.introspect import overrides_reason
 from ayo_core.runtime.caller import call_stock, in_async_call
 from ayo_core.runtime.owned import start_owned
 from ayo_core.runtime.pipelined import PipelinedParts, streamed_lines
+from ayo_llamaindex import events
 from ayo_shims import llamaindex as shim
 from ayo_shims import llamaindex_engines as eng
 
@@ -109,7 +110,6 @@ async def vector_retrieve(
     retriever: VectorIndexRetriever, query_bundle: QueryBundle, embed_queries: EmbedQueriesFn
 ) -> list[NodeWithScore]:
     """``retriever.retrieve(query_bundle)`` with the query embedded by Ayo's engine (and its events)."""
-    from ayo_llamaindex import events
 
     async def run() -> list[NodeWithScore]:
         embedding = None

@@ -44,6 +44,7 @@ from ayo_llamaindex import events, spans, synthesis
 from ayo_llamaindex.capture import SynthesizerPlan, capture_synthesizer
 from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_llamaindex.llm import LLMBinding
+from ayo_llamaindex.lowering import synthesis_runner
 from ayo_llamaindex.runtime import EngineAssignment, llm_send
 from ayo_shims import llamaindex as shim
 from ayo_shims import llamaindex_engines as eng
@@ -243,7 +244,6 @@ def _lower_synthesis(g: Graph, plan: SubQuestionPlan, assign: EngineAssignment, 
 
         return Opaque(run_opaque, "synthesizer", takes_ctx=True, resources=None, cost=1.0,
                       reason=plan.synthesizer.reason).build(g, "synthesize", {"query": "query", "pairs": answers})
-    from ayo_llamaindex.lowering import synthesis_runner
 
     kind = assign.llm_kind(plan.synthesizer.llm)
     synthesize_text = synthesis_runner(plan.synthesizer, assign)

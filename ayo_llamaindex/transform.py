@@ -32,7 +32,7 @@ from ayo_core.introspect import overrides_reason
 from ayo_core.pipeline import Options
 from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_core.templates import LLMCall, Opaque, ToolCall, Transform
-from ayo_llamaindex import embedding, spans
+from ayo_llamaindex import embedding, events, spans
 from ayo_llamaindex.composed import ComposedQueryEngine, ToolQueryEngine, tool_engine
 from ayo_llamaindex.embedding import EmbedBinding
 from ayo_llamaindex.llm import LLMBinding
@@ -182,8 +182,6 @@ class OptimizedTransformQueryEngine(ComposedQueryEngine):
 
     def _query_event(self, query_bundle: QueryBundle) -> Any:
         # TransformQueryEngine._query opens no QUERY event of its own (its engine's query does)
-        from ayo_llamaindex import events
-
         return events.query_event(self, query_bundle, lowered=False)
 
     def explain(self) -> Any:

@@ -34,6 +34,8 @@ from ayo_core.runtime.caller import CALLER_LOOP
 from ayo_llamaindex.capture import QueryEnginePlan, capture_retriever
 from ayo_llamaindex.composed import ToolQueryEngine, tool_engine
 from ayo_llamaindex.composed_engines import optimize_composed
+from ayo_llamaindex.lowering import lower_retriever
+from ayo_llamaindex.query_engine import OptimizedQueryEngine
 from ayo_llamaindex.runtime import EngineAssignment, assign_engines, runtime_for
 
 log = logging.getLogger(__name__)
@@ -55,8 +57,6 @@ class StepRetriever:
             lambda: plan, self._lower, options, runtime=self._runtime, static=True, query_prefix="wr")
 
     def _lower(self, plan: Any, _call: Any) -> Graph:
-        from ayo_llamaindex.lowering import lower_retriever
-
         g = Graph(query_id="retrieve")
         g.input("query")
         g.output(lower_retriever(g, plan, self.assign, "query", frozenset()))
@@ -98,8 +98,6 @@ class StepQueryEngines:
 
     def lowered(self, engine: Any) -> Any:
         """The lowered stand-in of ``engine`` (None: its queries run as stock)."""
-        from ayo_llamaindex.query_engine import OptimizedQueryEngine
-
         if isinstance(engine, OptimizedQueryEngine):
             return None  # already the user's optimized engine: its own aquery runs it
         return self._by_engine.get(engine, self._capture)
